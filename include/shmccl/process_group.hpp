@@ -1,0 +1,132 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// Process groups and collectives over shared memory, spelled like torch.distributed and
+// torch_npu.distributed. Every collective takes an optional group (nullptr: the default group)
+// and async_op (default false), and returns a Work. A synchronous call returns when the
+// collective is done; an asynchronous one returns at once. Collectives on one group run in call
+// order, after the work already queued on the caller's current stream. Argument errors throw
+// shmccl::InvalidArgument before any peer waits; a dead, late or disagreeing peer throws
+// shmccl::RemoteError / TimeoutError on every rank.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shmccl/reduce_op.hpp"
+#include "shmccl/tensor.hpp"
+#include "shmccl/work.hpp"
+
+namespace shmccl {
+
+class ProcessGroup;
+using ProcessGroupPtr = std::shared_ptr<ProcessGroup>;
+
+namespace detail {
+class GroupState;
+}  // namespace detail
+
+// How init_process_group finds its peers. Unset fields come from the environment: RANK /
+// WORLD_SIZE (or OMPI_COMM_WORLD_RANK / _SIZE, or PMI_RANK / PMI_SIZE), the job from
+// SHMCCL_JOB_ID (or TORCHELASTIC_RUN_ID, or MASTER_ADDR:MASTER_PORT as torch's env://, or the MPI
+// job), the timeout from SHMCCL_TIMEOUT (default 10 minutes).
+struct InitOptions {
+  int rank = -1;
+  int world_size = -1;
+  std::string job_id;
+  std::chrono::milliseconds timeout{-1};
+};
+
+void init_process_group(const InitOptions& options = {});
+bool is_initialized();
+// Destroys the default group and every group created from it (collectives still in flight
+// finish first). init_process_group may be called again afterwards.
+void destroy_process_group();
+ProcessGroupPtr default_group();
+int get_rank(const ProcessGroupPtr& group = nullptr);
+int get_world_size(const ProcessGroupPtr& group = nullptr);
+// A sub-group of the default group's ranks (all ranks of the default group must call it, in the
+// same order, with the same list). Ranks outside `ranks` get nullptr.
+ProcessGroupPtr new_group(const std::vector<int>& ranks,
+                          std::chrono::milliseconds timeout = std::chrono::milliseconds{-1});
+// The group whose comm_name() is `name`; InvalidArgument when there is none.
+ProcessGroupPtr group_from_comm_name(const std::string& name);
+
+class ProcessGroup {
+ public:
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const;
+  int size() const;
+  // A process-unique name (the hcomm of torch_npu operators); group_from_comm_name resolves it.
+  const std::string& comm_name() const;
+  // The ranks of the default group that form this group, in group-rank order.
+  const std::vector<int>& global_ranks() const;
+  std::chrono::milliseconds timeout() const;
+  void set_timeout(std::chrono::milliseconds timeout);
+
+  // output (sum(split_sizes), ...) on every rank gets rank r's input at rows
+  // [sum(split_sizes[:r]), +split_sizes[r]). Empty split_sizes: an even split of dim 0.
+  std::shared_ptr<Work> all_gather_into_tensor_uneven(Tensor& output, const Tensor& input,
+                                                      const std::vector<int64_t>& output_split_sizes = {},
+                                                      bool async_op = false);
+  // Rank r's output = op over all ranks of their input rows for r.
+  std::shared_ptr<Work> reduce_scatter_tensor_uneven(Tensor& output, const Tensor& input,
+                                                     const std::vector<int64_t>& input_split_sizes = {},
+                                                     ReduceOp op = ReduceOp::SUM,
+                                                     bool async_op = false);
+  // Even forms. The all-gather output is either the concatenation (N*d0, ...) or the stack
+  // (N, d0, ...) of the inputs.
+  std::shared_ptr<Work> all_gather_into_tensor(Tensor& output, const Tensor& input,
+                                               bool async_op = false);
+  std::shared_ptr<Work> reduce_scatter_tensor(Tensor& output, const Tensor& input,
+                                              ReduceOp op = ReduceOp::SUM, bool async_op = false);
+  // Into a list of per-rank tensors, whose dim 0 may differ between ranks.
+  std::shared_ptr<Work> all_gather(std::vector<Tensor>& outputs, const Tensor& input,
+                                   bool async_op = false);
+  std::shared_ptr<Work> all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::SUM,
+                                   bool async_op = false);
+  std::shared_ptr<Work> broadcast(Tensor& tensor, int src, bool async_op = false);
+  std::shared_ptr<Work> barrier(bool async_op = false);
+
+  // Fails every pending collective of this group on every rank, promptly.
+  void abort(const std::string& reason = "aborted by the user");
+
+  // For the library's layers.
+  detail::GroupState& state() { return *state_; }
+  explicit ProcessGroup(std::unique_ptr<detail::GroupState> state);
+
+ private:
+  std::unique_ptr<detail::GroupState> state_;
+};
+
+// Free-function spellings (group nullptr: the default group).
+std::shared_ptr<Work> all_gather_into_tensor_uneven(Tensor& output, const Tensor& input,
+                                                    const std::vector<int64_t>& output_split_sizes = {},
+                                                    const ProcessGroupPtr& group = nullptr,
+                                                    bool async_op = false);
+std::shared_ptr<Work> reduce_scatter_tensor_uneven(Tensor& output, const Tensor& input,
+                                                   const std::vector<int64_t>& input_split_sizes = {},
+                                                   ReduceOp op = ReduceOp::SUM,
+                                                   const ProcessGroupPtr& group = nullptr,
+                                                   bool async_op = false);
+std::shared_ptr<Work> all_gather_into_tensor(Tensor& output, const Tensor& input,
+                                             const ProcessGroupPtr& group = nullptr,
+                                             bool async_op = false);
+std::shared_ptr<Work> reduce_scatter_tensor(Tensor& output, const Tensor& input,
+                                            ReduceOp op = ReduceOp::SUM,
+                                            const ProcessGroupPtr& group = nullptr,
+                                            bool async_op = false);
+std::shared_ptr<Work> all_gather(std::vector<Tensor>& outputs, const Tensor& input,
+                                 const ProcessGroupPtr& group = nullptr, bool async_op = false);
+std::shared_ptr<Work> all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::SUM,
+                                 const ProcessGroupPtr& group = nullptr, bool async_op = false);
+std::shared_ptr<Work> broadcast(Tensor& tensor, int src, const ProcessGroupPtr& group = nullptr,
+                                bool async_op = false);
+std::shared_ptr<Work> barrier(const ProcessGroupPtr& group = nullptr, bool async_op = false);
+
+}  // namespace shmccl

@@ -1,0 +1,17 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+#pragma once
+
+#include <ostream>
+
+namespace shmccl {
+
+// Reductions of torch.distributed.ReduceOp. For bool tensors SUM is logical or and PRODUCT
+// logical and (as c10d maps them); AVG on integers truncates toward zero. float16 and bfloat16
+// accumulate in float32.
+enum class ReduceOp { SUM, PRODUCT, MIN, MAX, AVG };
+
+const char* reduce_op_name(ReduceOp op) noexcept;  // "sum", "product", "min", "max", "avg"
+
+inline std::ostream& operator<<(std::ostream& out, ReduceOp op) { return out << reduce_op_name(op); }
+
+}  // namespace shmccl

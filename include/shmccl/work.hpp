@@ -1,0 +1,63 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// Work: the handle of a collective, with the contract of c10d's Work. is_completed() never
+// blocks; wait() blocks the host until the collective is done and rethrows its error;
+// synchronize() makes the caller's current stream wait for it instead of the host. Thread-safe.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "shmccl/npu.hpp"
+
+namespace shmccl {
+
+class Work {
+ public:
+  static constexpr std::chrono::milliseconds kNoTimeout{-1};
+
+  explicit Work(std::string description, uint64_t sequence = 0);
+  virtual ~Work() = default;
+  Work(const Work&) = delete;
+  Work& operator=(const Work&) = delete;
+
+  // True once the collective finished, successfully or not.
+  bool is_completed() const;
+  // True when it finished without error.
+  bool is_success() const;
+  // The error it finished with, or nullptr.
+  std::exception_ptr exception() const;
+  // Blocks until it finished. Returns true; rethrows its error (a shmccl::Error). With a timeout,
+  // returns false if it has not finished by then (the collective goes on; its own timeout and
+  // peer checks still bound it).
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout);
+  // Orders the calling thread's current NPU stream after the collective (no host block): work
+  // queued there afterwards starts once the collective is done. Errors surface at that stream's
+  // next synchronisation.
+  void synchronize();
+
+  // "all_gather_into_tensor_uneven" etc. and the group's sequence number of this collective.
+  const std::string& description() const { return description_; }
+  uint64_t sequence() const { return sequence_; }
+
+  // For the library: completes the work (once), with an error or not.
+  void finish(std::exception_ptr error = nullptr);
+  // For the library: the event recorded on the communication stream when the work is done.
+  void set_completion_event(npu::Event event);
+
+ private:
+  const std::string description_;
+  const uint64_t sequence_;
+  mutable std::mutex mutex_;
+  std::condition_variable completed_cv_;
+  bool completed_ = false;
+  std::exception_ptr error_;
+  bool has_event_ = false;
+  npu::Event completion_event_;
+};
+
+}  // namespace shmccl

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Builds shmccl and runs the whole test suite with ctest.
+#   scripts/test.sh                 # release build in build/
+#   scripts/test.sh address         # ASan+UBSan build in build-asan/
+#   scripts/test.sh thread          # TSan build in build-tsan/
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+sanitize="${1:-}"
+case "$sanitize" in
+  "") build_dir=build ;;
+  address) build_dir=build-asan ;;
+  thread) build_dir=build-tsan ;;
+  *) echo "usage: $0 [address|thread]" >&2; exit 2 ;;
+esac
+
+scripts/install-deps.sh
+jobs=$(nproc)
+cmake -S . -B "$build_dir" -DSHMCCL_SANITIZE="$sanitize" -DSHMCCL_BUILD_BENCHMARKS=ON >/dev/null
+cmake --build "$build_dir" -j "$jobs"
+
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}"
+ctest --test-dir "$build_dir" --output-on-failure -j "$jobs"

@@ -1,0 +1,88 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// All-gather, uneven rows, into one tensor or into a list of per-rank tensors. Zero-copy: chunk
+// (i, j, k) copies piece k of rank j's input straight into rank i's output, so each byte is
+// copied once, by whichever rank claims the chunk.
+#include <algorithm>
+#include <cstring>
+
+#include "collectives/algorithms.h"
+#include "device/kernels.h"
+
+namespace shmccl::collectives {
+namespace {
+
+uint64_t rank_bytes(const OpPlan& plan, int rank) {
+  return static_cast<uint64_t>(plan.splits[static_cast<size_t>(rank)] * plan.row_bytes());
+}
+
+bool fits_inline(const OpPlan& plan, int size, uint64_t limit) {
+  for (int r = 0; r < size; ++r) {
+    if (rank_bytes(plan, r) > limit) return false;
+  }
+  return true;
+}
+
+void stage_inline(const OpPlan& plan, int rank, unsigned char* payload) {
+  const uint64_t bytes = rank_bytes(plan, rank);
+  if (bytes > 0) std::memcpy(payload, plan.input.data_ptr(), bytes);
+}
+
+// Where rank j's rows land in this rank's output.
+char* local_destination(const ExecContext& context, int source) {
+  const OpPlan& plan = context.plan;
+  if (plan.kind == transport::OpKind::kAllGatherList) {
+    return static_cast<char*>(plan.outputs[static_cast<size_t>(source)].data_ptr());
+  }
+  return static_cast<char*>(plan.output.data_ptr()) + plan.rows_before(source) * plan.row_bytes();
+}
+
+void finish_inline(const ExecContext& context) {
+  for (int j = 0; j < context.size; ++j) {
+    const uint64_t bytes = rank_bytes(context.plan, j);
+    if (bytes > 0) std::memcpy(local_destination(context, j), context.payloads[j], bytes);
+  }
+}
+
+uint64_t pieces_per_destination(const ExecContext& context) {
+  uint64_t pieces = 0;
+  for (int j = 0; j < context.size; ++j) {
+    pieces += piece_count(rank_bytes(context.plan, j), context.chunk_bytes);
+  }
+  return pieces;
+}
+
+uint64_t count_chunks(const ExecContext& context) {
+  return static_cast<uint64_t>(context.size) * pieces_per_destination(context);
+}
+
+void run_chunk(const ExecContext& context, uint64_t chunk) {
+  const OpPlan& plan = context.plan;
+  const uint64_t per_destination = pieces_per_destination(context);
+  const int destination = static_cast<int>(chunk / per_destination);
+  uint64_t piece = chunk % per_destination;
+  int source = 0;
+  for (; source < context.size; ++source) {
+    const uint64_t pieces = piece_count(rank_bytes(plan, source), context.chunk_bytes);
+    if (piece < pieces) break;
+    piece -= pieces;
+  }
+  const uint64_t bytes = rank_bytes(plan, source);
+  const uint64_t offset = piece * context.chunk_bytes;
+  const uint64_t length = std::min(context.chunk_bytes, bytes - offset);
+  const char* from = context.inputs[source] + offset;
+  char* to;
+  if (plan.kind == transport::OpKind::kAllGatherList) {
+    to = context.transport.resolve(context.descriptors[destination]->outputs[source], bytes) + offset;
+  } else {
+    to = context.outputs[destination] + plan.rows_before(source) * plan.row_bytes() + offset;
+  }
+  if (to != from) kernels::copy(to, from, length);  // in place: the rank's own rows are there
+}
+
+}  // namespace
+
+const Algorithm kAllGatherAlgorithm{fits_inline, stage_inline, finish_inline, count_chunks,
+                                    run_chunk};
+
+}  // namespace shmccl::collectives

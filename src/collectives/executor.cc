@@ -1,0 +1,338 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+#include "collectives/executor.h"
+
+#include <cstring>
+#include <sstream>
+
+#include "collectives/algorithms.h"
+#include "core/check.h"
+#include "core/config.h"
+#include "core/logging.h"
+#include "device/device_context.h"
+#include "device/kernels.h"
+#include "shmccl/npu.hpp"
+
+namespace shmccl::collectives {
+namespace {
+
+using transport::BufferRef;
+using transport::OpDescriptor;
+using transport::OpKind;
+
+const char* kind_name(OpKind kind) {
+  switch (kind) {
+    case OpKind::kBarrier:
+      return "barrier";
+    case OpKind::kAllGather:
+      return "all_gather_into_tensor";
+    case OpKind::kAllGatherList:
+      return "all_gather";
+    case OpKind::kReduceScatter:
+      return "reduce_scatter_tensor";
+    case OpKind::kAllReduce:
+      return "all_reduce";
+    case OpKind::kBroadcast:
+      return "broadcast";
+    case OpKind::kNone:
+      break;
+  }
+  return "unknown";
+}
+
+uint64_t chunk_bytes() {
+  static const uint64_t bytes = [] {
+    uint64_t configured = config::get_bytes("SHMCCL_CHUNK_BYTES");
+    configured = std::max<uint64_t>(configured, 4096);
+    return configured / 64 * 64;  // a whole number of elements of every dtype, cache aligned
+  }();
+  return bytes;
+}
+
+}  // namespace
+
+uint64_t inline_limit() {
+  static const uint64_t limit =
+      std::min<uint64_t>(config::get_bytes("SHMCCL_INLINE_BYTES"), transport::kInlineBytes);
+  return limit;
+}
+
+namespace {
+
+BufferRef buffer_ref(const Tensor& tensor) {
+  BufferRef ref;
+  if (!tensor.defined() || tensor.nbytes() == 0) return ref;
+  const int device_index = tensor.device().index;
+  device::Arena& arena = device::arena(device_index);
+  ref.arena = arena.handle();
+  ref.offset = static_cast<uint64_t>(static_cast<char*>(tensor.data_ptr()) - arena.base());
+  ref.bytes = tensor.nbytes();
+  return ref;
+}
+
+// The tensors the work pool reads and writes: the user's NPU tensors, or device copies of host
+// tensors (peers cannot address a process's heap).
+struct PoolBuffers {
+  Tensor input;
+  Tensor output;
+  std::vector<Tensor> outputs;
+  bool copy_out = false;
+};
+
+Tensor device_copy_of(const Tensor& tensor, bool copy_values) {
+  if (!tensor.defined() || tensor.is_npu()) return tensor;
+  Tensor staging = empty(tensor.sizes(), tensor.dtype(), Device::npu(npu::current_device()));
+  if (copy_values && tensor.nbytes() > 0) {
+    kernels::copy(staging.data_ptr(), tensor.data_ptr(), tensor.nbytes());
+  }
+  return staging;
+}
+
+PoolBuffers pool_buffers(const OpPlan& plan) {
+  PoolBuffers buffers;
+  const bool in_place = plan.input.defined() && plan.output.defined() &&
+                        plan.input.data_ptr() == plan.output.data_ptr() &&
+                        plan.input.nbytes() == plan.output.nbytes();
+  buffers.input = device_copy_of(plan.input, true);
+  buffers.output = in_place ? buffers.input : device_copy_of(plan.output, false);
+  buffers.copy_out = plan.output.defined() && plan.output.is_cpu();
+  for (const Tensor& output : plan.outputs) {
+    buffers.outputs.push_back(device_copy_of(output, false));
+    buffers.copy_out = buffers.copy_out || output.is_cpu();
+  }
+  return buffers;
+}
+
+void copy_out(const OpPlan& plan, const PoolBuffers& buffers) {
+  if (plan.output.defined() && plan.output.is_cpu() && plan.output.nbytes() > 0) {
+    kernels::copy(plan.output.data_ptr(), buffers.output.data_ptr(), plan.output.nbytes());
+  }
+  for (size_t j = 0; j < plan.outputs.size(); ++j) {
+    if (plan.outputs[j].is_cpu() && plan.outputs[j].nbytes() > 0) {
+      kernels::copy(plan.outputs[j].data_ptr(), buffers.outputs[j].data_ptr(),
+                    plan.outputs[j].nbytes());
+    }
+  }
+}
+
+void fill_descriptor(const OpPlan& plan, OpDescriptor& descriptor) {
+  descriptor.sequence = plan.sequence;
+  descriptor.kind = plan.kind;
+  descriptor.dtype = static_cast<uint8_t>(plan.dtype);
+  descriptor.reduce_op = static_cast<uint8_t>(plan.reduce_op);
+  descriptor.root = plan.root;
+  descriptor.input_numel = plan.input.defined() ? plan.input.numel() : 0;
+  descriptor.output_numel = plan.output.defined() ? plan.output.numel() : 0;
+  descriptor.row_elements = plan.row_elements;
+  descriptor.num_splits = plan.num_splits;
+  for (int r = 0; r < plan.num_splits; ++r) descriptor.splits[r] = plan.splits[static_cast<size_t>(r)];
+}
+
+bool reduces(OpKind kind) { return kind == OpKind::kReduceScatter || kind == OpKind::kAllReduce; }
+
+// True when two ranks called the same collective. Per-rank sizes (an all-gather's input, a
+// reduce-scatter's output) may differ; they were checked against the common split locally.
+bool same_call(const OpDescriptor& a, const OpDescriptor& b) {
+  if (a.sequence != b.sequence || a.kind != b.kind || a.dtype != b.dtype ||
+      a.row_elements != b.row_elements || a.num_splits != b.num_splits ||
+      a.inline_payload != b.inline_payload) {
+    return false;
+  }
+  if (reduces(a.kind) && a.reduce_op != b.reduce_op) return false;
+  if (a.kind == OpKind::kBroadcast && a.root != b.root) return false;
+  if ((a.kind == OpKind::kAllReduce || a.kind == OpKind::kBroadcast ||
+       a.kind == OpKind::kReduceScatter) &&
+      a.input_numel != b.input_numel) {
+    return false;
+  }
+  if (a.kind == OpKind::kAllGather && a.output_numel != b.output_numel) return false;
+  const int splits = std::clamp(a.num_splits, 0, transport::kMaxRanks);
+  for (int r = 0; r < splits; ++r) {
+    if (a.splits[r] != b.splits[r]) return false;
+  }
+  return true;
+}
+
+uint64_t rank_rows_bytes(const OpPlan& plan, int rank) {
+  return static_cast<uint64_t>(plan.splits[static_cast<size_t>(rank)] * plan.row_bytes());
+}
+
+// Resolves every rank's pool buffers; the sizes come from the (agreed) plan, not from the peer.
+void resolve_buffers(ExecContext& context) {
+  const OpPlan& plan = context.plan;
+  const uint64_t total_bytes = static_cast<uint64_t>(plan.rows_before(context.size) * plan.row_bytes());
+  for (int r = 0; r < context.size; ++r) {
+    const OpDescriptor& descriptor = *context.descriptors[r];
+    uint64_t input_bytes = 0;
+    uint64_t output_bytes = 0;
+    switch (plan.kind) {
+      case OpKind::kAllGather:
+        input_bytes = rank_rows_bytes(plan, r);
+        output_bytes = total_bytes;
+        break;
+      case OpKind::kAllGatherList:
+        input_bytes = rank_rows_bytes(plan, r);
+        break;
+      case OpKind::kReduceScatter:
+        input_bytes = total_bytes;
+        output_bytes = rank_rows_bytes(plan, r);
+        break;
+      case OpKind::kAllReduce:
+      case OpKind::kBroadcast:
+        input_bytes = output_bytes = plan.input.nbytes();
+        break;
+      case OpKind::kBarrier:
+      case OpKind::kNone:
+        break;
+    }
+    context.inputs[r] = context.transport.resolve(descriptor.input, input_bytes);
+    context.outputs[r] = context.transport.resolve(descriptor.output, output_bytes);
+  }
+}
+
+void run_pool(detail::GroupState& state, ExecContext& context, const Algorithm& algorithm,
+              std::chrono::steady_clock::time_point deadline) {
+  transport::GroupTransport& transport = context.transport;
+  transport::ControlHeader& header = transport.header();
+  const uint64_t total = algorithm.count_chunks(context);
+  const uint64_t base = state.take_pool(total);
+  const uint64_t end = base + total;
+  if (total == 0) return;
+  uint64_t claimed = header.claim.load(std::memory_order_relaxed);
+  while (claimed < end) {
+    // The counter only grows, so a stale `claimed` can never succeed (no ABA).
+    if (!header.claim.compare_exchange_weak(claimed, claimed + 1, std::memory_order_acq_rel,
+                                            std::memory_order_relaxed)) {
+      continue;
+    }
+    SHMCCL_CHECK(claimed >= base, "work pool counter ", claimed, " is behind this collective's ",
+                 base);
+    algorithm.run_chunk(context, claimed - base);
+    // Release: the chunk's writes happen-before any rank that sees the count reach `end`.
+    if (header.done.fetch_add(1, std::memory_order_acq_rel) + 1 == end) transport.notify();
+    claimed = header.claim.load(std::memory_order_relaxed);
+    if (!transport.healthy()) transport.check_healthy();
+  }
+  transport.wait_until(
+      [&] { return header.done.load(std::memory_order_acquire) >= end; }, deadline, [&] {
+        return detail::concat("in ", context.plan.name, " (sequence ", context.plan.sequence,
+                              ") after ", state.timeout().count(), " ms: waiting for ",
+                              end - header.done.load(std::memory_order_acquire),
+                              " chunks of work claimed by other ranks");
+      });
+}
+
+}  // namespace
+
+std::string describe(const OpDescriptor& descriptor) {
+  std::ostringstream out;
+  const auto dtype = static_cast<ScalarType>(descriptor.dtype);
+  out << kind_name(descriptor.kind) << "(sequence=" << descriptor.sequence
+      << ", dtype=" << (is_valid(dtype) ? dtype_name(dtype) : "invalid");
+  if (reduces(descriptor.kind)) {
+    out << ", op=" << reduce_op_name(static_cast<ReduceOp>(descriptor.reduce_op));
+  }
+  if (descriptor.kind == OpKind::kBroadcast) out << ", src=" << descriptor.root;
+  out << ", input_numel=" << descriptor.input_numel << ", output_numel=" << descriptor.output_numel;
+  const int splits = std::clamp(descriptor.num_splits, 0, transport::kMaxRanks);
+  if (splits > 0) {
+    out << ", splits=[";
+    for (int r = 0; r < splits; ++r) out << (r ? ", " : "") << descriptor.splits[r];
+    out << "] rows of " << descriptor.row_elements;
+  }
+  out << ")";
+  return out.str();
+}
+
+void execute(detail::GroupState& state, const OpPlan& plan) {
+  transport::GroupTransport& transport = state.transport();
+  state.check_not_failed();
+  try {
+    transport.check_healthy();
+    const int rank = transport.rank();
+    const int size = transport.size();
+    const uint64_t sequence = plan.sequence;
+    const int parity = static_cast<int>(sequence & 1);
+    const Algorithm& algorithm = algorithm_for(plan.kind);
+    transport::RankSlot& mine = transport.slot(rank);
+    OpDescriptor& descriptor = mine.descriptors[parity];
+    fill_descriptor(plan, descriptor);
+    const bool inline_payload = algorithm.fits_inline(plan, size, inline_limit());
+    descriptor.inline_payload = inline_payload ? 1 : 0;
+
+    PoolBuffers buffers;
+    if (inline_payload) {
+      algorithm.stage_inline(plan, rank, mine.inline_data[parity]);
+    } else {
+      buffers = pool_buffers(plan);
+      descriptor.input = buffer_ref(buffers.input);
+      descriptor.output = buffer_ref(buffers.output);
+      for (size_t j = 0; j < buffers.outputs.size(); ++j) {
+        descriptor.outputs[j] = buffer_ref(buffers.outputs[j]);
+      }
+    }
+    // Release: the descriptor and payload happen-before any peer that sees this arrival.
+    mine.arrived.store(sequence, std::memory_order_release);
+    transport.notify();
+
+    const auto deadline = std::chrono::steady_clock::now() + state.timeout();
+    transport.wait_until(
+        [&] {
+          for (int r = 0; r < size; ++r) {
+            if (transport.slot(r).arrived.load(std::memory_order_acquire) < sequence) return false;
+          }
+          return true;
+        },
+        deadline,
+        [&] {
+          return detail::concat("in ", plan.name, " (sequence ", sequence, ") after ",
+                                state.timeout().count(), " ms: ranks ",
+                                transport::late_ranks(transport, sequence),
+                                " have not called it");
+        });
+
+    ExecContext context{transport, plan, rank, size, {}, {}, {}, {}, nullptr, nullptr,
+                        chunk_bytes()};
+    for (int r = 0; r < size; ++r) {
+      context.descriptors[r] = &transport.slot(r).descriptors[parity];
+      context.payloads[r] = transport.slot(r).inline_data[parity];
+    }
+    for (int r = 0; r < size; ++r) {
+      if (!same_call(descriptor, *context.descriptors[r])) [[unlikely]] {
+        throw RemoteError(detail::concat("collective mismatch in ", plan.name, ": rank ", rank,
+                                         " called ", describe(descriptor), " but rank ", r,
+                                         " called ", describe(*context.descriptors[r])));
+      }
+    }
+    if (inline_payload) {
+      algorithm.finish_inline(context);
+      return;
+    }
+    resolve_buffers(context);
+    run_pool(state, context, algorithm, deadline);
+    if (buffers.copy_out) copy_out(plan, buffers);
+  } catch (const Error& error) {
+    state.mark_failed(error.what());
+    SHMCCL_WARN(kColl, "group ", state.comm_name(), ": ", error.what());
+    throw;
+  }
+}
+
+const Algorithm& algorithm_for(OpKind kind) {
+  switch (kind) {
+    case OpKind::kAllGather:
+    case OpKind::kAllGatherList:
+      return kAllGatherAlgorithm;
+    case OpKind::kReduceScatter:
+      return kReduceScatterAlgorithm;
+    case OpKind::kAllReduce:
+      return kAllReduceAlgorithm;
+    case OpKind::kBroadcast:
+      return kBroadcastAlgorithm;
+    case OpKind::kBarrier:
+    case OpKind::kNone:
+      break;
+  }
+  return kBarrierAlgorithm;
+}
+
+}  // namespace shmccl::collectives

@@ -1,0 +1,49 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+#include "collectives/group_state.h"
+
+#include "core/check.h"
+#include "device/device_context.h"
+#include "shmccl/npu.hpp"
+
+namespace shmccl::detail {
+
+GroupState::GroupState(std::unique_ptr<transport::GroupTransport> transport,
+                       std::vector<int> global_ranks, std::string comm_name,
+                       std::chrono::milliseconds timeout)
+    : transport_(std::move(transport)),
+      global_ranks_(std::move(global_ranks)),
+      comm_name_(std::move(comm_name)),
+      timeout_ms_(timeout.count()),
+      completed_work_(std::make_shared<Work>("completed synchronous collective")) {
+  completed_work_->finish();
+}
+
+GroupState::~GroupState() {
+  // Collectives still queued hold no reference to this state beyond the ProcessGroup, which
+  // drains its stream before destroying us.
+  if (comm_stream_) comm_stream_->synchronize_for(std::chrono::seconds(0));
+}
+
+npu::detail::StreamImpl& GroupState::comm_stream() {
+  std::call_once(comm_stream_once_,
+                 [&] { comm_stream_ = device::new_stream(npu::current_device()); });
+  return *comm_stream_;
+}
+
+void GroupState::mark_failed(const std::string& message) {
+  std::lock_guard<std::mutex> lock(failure_mutex_);
+  if (!failed_.load(std::memory_order_relaxed)) {
+    failure_ = message;
+    failed_.store(true, std::memory_order_release);
+  }
+}
+
+void GroupState::check_not_failed() const {
+  if (failed_.load(std::memory_order_acquire)) [[unlikely]] {
+    std::lock_guard<std::mutex> lock(failure_mutex_);
+    throw RemoteError(concat("the process group ", comm_name_,
+                             " failed earlier and cannot run collectives: ", failure_));
+  }
+}
+
+}  // namespace shmccl::detail

@@ -1,0 +1,78 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// GroupState: everything one process keeps for one process group. Split by owner: the transport
+// (control block, waits, liveness), the communication stream that runs the group's collectives
+// in order, and the bookkeeping of the collective sequence (sequence numbers, the work-pool
+// base). Collectives of one group execute one at a time on its stream, so the sequence fields
+// are touched by one thread at a time; next_sequence_ is assigned by callers and is atomic.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "device/stream_impl.h"
+#include "shmccl/work.hpp"
+#include "transport/group_transport.h"
+
+namespace shmccl::detail {
+
+class GroupState {
+ public:
+  GroupState(std::unique_ptr<transport::GroupTransport> transport, std::vector<int> global_ranks,
+             std::string comm_name, std::chrono::milliseconds timeout);
+  ~GroupState();
+
+  transport::GroupTransport& transport() { return *transport_; }
+  int rank() const { return transport_->rank(); }
+  int size() const { return transport_->size(); }
+  const std::vector<int>& global_ranks() const { return global_ranks_; }
+  const std::string& comm_name() const { return comm_name_; }
+  std::chrono::milliseconds timeout() const {
+    return std::chrono::milliseconds(timeout_ms_.load(std::memory_order_relaxed));
+  }
+  void set_timeout(std::chrono::milliseconds timeout) {
+    timeout_ms_.store(timeout.count(), std::memory_order_relaxed);
+  }
+
+  // Sequence numbers start at 1 and follow the order of calls on this rank.
+  uint64_t next_sequence() { return next_sequence_.fetch_add(1, std::memory_order_relaxed) + 1; }
+
+  // First chunk number of the next work pool (see control_block.h); advanced per collective.
+  uint64_t take_pool(uint64_t chunks) {
+    const uint64_t base = pool_base_;
+    pool_base_ += chunks;
+    return base;
+  }
+
+  // The stream that runs this group's collectives, created on first use.
+  npu::detail::StreamImpl& comm_stream();
+  bool has_comm_stream() const { return comm_stream_ != nullptr; }
+
+  // A failed group stays failed (its ranks may disagree on where the work pool stands): every
+  // later collective throws the first failure.
+  void mark_failed(const std::string& message);
+  void check_not_failed() const;
+
+  // What synchronous collectives return: an already completed Work (no allocation per call).
+  const std::shared_ptr<Work>& completed_work() const { return completed_work_; }
+
+ private:
+  std::unique_ptr<transport::GroupTransport> transport_;
+  const std::vector<int> global_ranks_;
+  const std::string comm_name_;
+  std::atomic<int64_t> timeout_ms_;
+  std::atomic<uint64_t> next_sequence_{0};
+  uint64_t pool_base_ = 0;
+  std::once_flag comm_stream_once_;
+  std::shared_ptr<npu::detail::StreamImpl> comm_stream_;
+  std::atomic<bool> failed_{false};
+  mutable std::mutex failure_mutex_;
+  std::string failure_;
+  std::shared_ptr<Work> completed_work_;
+};
+
+}  // namespace shmccl::detail

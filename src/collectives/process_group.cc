@@ -1,0 +1,357 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// The collectives' one entry path: check the arguments (before any peer is made to wait), build
+// the OpPlan, assign the sequence number, and run it in stream order, synchronously or not.
+#include "shmccl/process_group.hpp"
+
+#include <numeric>
+
+#include "collectives/executor.h"
+#include "collectives/group_state.h"
+#include "collectives/registry.h"
+#include "core/check.h"
+#include "core/logging.h"
+#include "shmccl/npu.hpp"
+
+namespace shmccl {
+namespace {
+
+using collectives::OpPlan;
+using transport::OpKind;
+
+int64_t product_of_trailing(const std::vector<int64_t>& sizes) {
+  int64_t product = 1;
+  for (size_t d = 1; d < sizes.size(); ++d) product *= sizes[d];
+  return product;
+}
+
+std::vector<int64_t> trailing(const std::vector<int64_t>& sizes) {
+  return sizes.empty() ? sizes : std::vector<int64_t>(sizes.begin() + 1, sizes.end());
+}
+
+void check_defined(const Tensor& tensor, const char* op, const char* what) {
+  SHMCCL_CHECK_ARG(tensor.defined(), op, ": the ", what, " tensor is undefined");
+}
+
+void check_same_type(const Tensor& output, const Tensor& input) {
+  SHMCCL_CHECK_ARG(output.dtype() == input.dtype(),
+                   "output tensor must have the same type as input tensor (output is ",
+                   output.dtype(), ", input is ", input.dtype(), ")");
+}
+
+// Fills plan.splits from the user's split sizes, or evenly, with torch_npu's error texts.
+void set_splits(OpPlan& plan, const std::vector<int64_t>& split_sizes, int64_t dim0, int size) {
+  plan.num_splits = size;
+  if (split_sizes.empty()) {
+    SHMCCL_CHECK_ARG(dim0 % size == 0,
+                     "Tensor's dim 0 does not divide equally across group size (dim 0 is ", dim0,
+                     ", group size ", size, ")");
+    for (int r = 0; r < size; ++r) plan.splits[static_cast<size_t>(r)] = dim0 / size;
+    return;
+  }
+  SHMCCL_CHECK_ARG(static_cast<int>(split_sizes.size()) == size,
+                   "Number of tensor splits not equal to group size (", split_sizes.size(),
+                   " splits, group size ", size, ")");
+  int64_t total = 0;
+  for (int r = 0; r < size; ++r) {
+    SHMCCL_CHECK_ARG(split_sizes[static_cast<size_t>(r)] >= 0, plan.name,
+                     ": split sizes must be non-negative, got ", split_sizes);
+    plan.splits[static_cast<size_t>(r)] = split_sizes[static_cast<size_t>(r)];
+    total += split_sizes[static_cast<size_t>(r)];
+  }
+  SHMCCL_CHECK_ARG(total == dim0, "Split sizes doesn't match total dim 0 size (split sizes ",
+                   split_sizes, " sum to ", total, ", dim 0 is ", dim0, ")");
+}
+
+int ordering_device(const OpPlan& plan) {
+  if (plan.input.defined() && plan.input.is_npu()) return plan.input.device().index;
+  if (plan.output.defined() && plan.output.is_npu()) return plan.output.device().index;
+  for (const Tensor& output : plan.outputs) {
+    if (output.is_npu()) return output.device().index;
+  }
+  return -1;
+}
+
+std::shared_ptr<Work> submit(detail::GroupState& state, OpPlan& plan, bool async_op) {
+  state.check_not_failed();
+  plan.sequence = state.next_sequence();
+  SHMCCL_TRACE(kColl, plan.name, " sequence ", plan.sequence, " on ", state.comm_name());
+  const int device = ordering_device(plan);
+  if (!async_op) {
+    // After collectives still queued on the group's stream, and after the work already queued
+    // on the caller's stream; inline when both are idle (no thread hand-off).
+    if (state.has_comm_stream() && !state.comm_stream().idle()) state.comm_stream().synchronize();
+    if (device >= 0) {
+      npu::current_stream(device).impl()->run_sync([&] { collectives::execute(state, plan); });
+    } else {
+      collectives::execute(state, plan);
+    }
+    return state.completed_work();
+  }
+  auto work = std::make_shared<Work>(plan.name, plan.sequence);
+  npu::detail::StreamImpl& comm = state.comm_stream();
+  if (device >= 0) {
+    npu::Event ready;
+    ready.record(npu::current_stream(device));
+    comm.wait(ready.state());
+  }
+  comm.enqueue([&state, plan = std::move(plan), work] {
+    try {
+      collectives::execute(state, plan);
+      work->finish();
+    } catch (...) {
+      work->finish(std::current_exception());
+    }
+  });
+  npu::Event done;
+  comm.record(done.state());
+  work->set_completion_event(done);
+  return work;
+}
+
+}  // namespace
+
+ProcessGroup::ProcessGroup(std::unique_ptr<detail::GroupState> state) : state_(std::move(state)) {}
+
+ProcessGroup::~ProcessGroup() {
+  if (state_ && state_->has_comm_stream()) {
+    try {
+      state_->comm_stream().synchronize();
+    } catch (const std::exception& error) {
+      SHMCCL_WARN(kColl, "destroying group ", state_->comm_name(), ": ", error.what());
+    }
+  }
+}
+
+int ProcessGroup::rank() const { return state_->rank(); }
+int ProcessGroup::size() const { return state_->size(); }
+const std::string& ProcessGroup::comm_name() const { return state_->comm_name(); }
+const std::vector<int>& ProcessGroup::global_ranks() const { return state_->global_ranks(); }
+std::chrono::milliseconds ProcessGroup::timeout() const { return state_->timeout(); }
+void ProcessGroup::set_timeout(std::chrono::milliseconds timeout) { state_->set_timeout(timeout); }
+
+void ProcessGroup::abort(const std::string& reason) {
+  state_->transport().abort(reason);
+  state_->mark_failed("aborted: " + reason);
+}
+
+std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor_uneven(
+    Tensor& output, const Tensor& input, const std::vector<int64_t>& output_split_sizes,
+    bool async_op) {
+  OpPlan plan;
+  plan.kind = OpKind::kAllGather;
+  plan.name = "all_gather_into_tensor_uneven";
+  check_defined(output, plan.name, "output");
+  check_defined(input, plan.name, "input");
+  check_same_type(output, input);
+  SHMCCL_CHECK_ARG(output.dim() >= 1, plan.name, ": the output needs at least one dimension");
+  SHMCCL_CHECK_ARG(input.dim() == output.dim() && trailing(input.sizes()) == trailing(output.sizes()),
+                   plan.name, ": input shape ", input.sizes(), " and output shape ",
+                   output.sizes(), " must agree in every dimension but dim 0");
+  set_splits(plan, output_split_sizes, output.size(0), size());
+  const int64_t mine = plan.splits[static_cast<size_t>(rank())];
+  SHMCCL_CHECK_ARG(input.size(0) == mine, plan.name, ": rank ", rank(), "'s input has ",
+                   input.size(0), " rows but its split size is ", mine, " (split sizes ",
+                   detail::concat(std::vector<int64_t>(plan.splits.begin(),
+                                                       plan.splits.begin() + size())),
+                   ")");
+  plan.dtype = input.dtype();
+  plan.row_elements = product_of_trailing(output.sizes());
+  plan.input = input;
+  plan.output = output;
+  return submit(*state_, plan, async_op);
+}
+
+std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor_uneven(
+    Tensor& output, const Tensor& input, const std::vector<int64_t>& input_split_sizes,
+    ReduceOp op, bool async_op) {
+  OpPlan plan;
+  plan.kind = OpKind::kReduceScatter;
+  plan.name = "reduce_scatter_tensor_uneven";
+  check_defined(output, plan.name, "output");
+  check_defined(input, plan.name, "input");
+  check_same_type(output, input);
+  SHMCCL_CHECK_ARG(input.dim() >= 1, plan.name, ": the input needs at least one dimension");
+  SHMCCL_CHECK_ARG(input.dim() == output.dim() && trailing(input.sizes()) == trailing(output.sizes()),
+                   plan.name, ": input shape ", input.sizes(), " and output shape ",
+                   output.sizes(), " must agree in every dimension but dim 0");
+  set_splits(plan, input_split_sizes, input.size(0), size());
+  const int64_t mine = plan.splits[static_cast<size_t>(rank())];
+  SHMCCL_CHECK_ARG(output.size(0) == mine, plan.name, ": rank ", rank(), "'s output has ",
+                   output.size(0), " rows but its split size is ", mine);
+  plan.dtype = input.dtype();
+  plan.reduce_op = op;
+  plan.row_elements = product_of_trailing(input.sizes());
+  plan.input = input;
+  plan.output = output;
+  return submit(*state_, plan, async_op);
+}
+
+std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor(Tensor& output, const Tensor& input,
+                                                           bool async_op) {
+  OpPlan plan;
+  plan.kind = OpKind::kAllGather;
+  plan.name = "all_gather_into_tensor";
+  check_defined(output, plan.name, "output");
+  check_defined(input, plan.name, "input");
+  check_same_type(output, input);
+  const int n = size();
+  const auto& in = input.sizes();
+  const auto& out = output.sizes();
+  const bool concat_form = in.size() >= 1 && out.size() == in.size() && out[0] == n * in[0] &&
+                           trailing(out) == trailing(in);
+  bool stack_form = out.size() == in.size() + 1 && out[0] == n;
+  for (size_t d = 0; stack_form && d < in.size(); ++d) stack_form = out[d + 1] == in[d];
+  SHMCCL_CHECK_ARG(concat_form || stack_form, plan.name, ": output shape ", out,
+                   " is neither the concatenation nor the stack of ", n,
+                   " inputs of shape ", in);
+  // Both forms have the same bytes: rank r's input is the r-th contiguous block.
+  plan.num_splits = n;
+  for (int r = 0; r < n; ++r) plan.splits[static_cast<size_t>(r)] = input.numel();
+  plan.dtype = input.dtype();
+  plan.row_elements = 1;
+  plan.input = input.reshape({input.numel()});
+  plan.output = output.reshape({output.numel()});
+  return submit(*state_, plan, async_op);
+}
+
+std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor(Tensor& output, const Tensor& input,
+                                                          ReduceOp op, bool async_op) {
+  OpPlan plan;
+  plan.kind = OpKind::kReduceScatter;
+  plan.name = "reduce_scatter_tensor";
+  check_defined(output, plan.name, "output");
+  check_defined(input, plan.name, "input");
+  check_same_type(output, input);
+  const int n = size();
+  SHMCCL_CHECK_ARG(input.numel() == n * output.numel(), plan.name, ": the input has ",
+                   input.numel(), " elements (shape ", input.sizes(), "); expected ", n,
+                   " times the output's ", output.numel(), " (shape ", output.sizes(), ")");
+  plan.num_splits = n;
+  for (int r = 0; r < n; ++r) plan.splits[static_cast<size_t>(r)] = output.numel();
+  plan.dtype = input.dtype();
+  plan.reduce_op = op;
+  plan.row_elements = 1;
+  plan.input = input.reshape({input.numel()});
+  plan.output = output.reshape({output.numel()});
+  return submit(*state_, plan, async_op);
+}
+
+std::shared_ptr<Work> ProcessGroup::all_gather(std::vector<Tensor>& outputs, const Tensor& input,
+                                               bool async_op) {
+  OpPlan plan;
+  plan.kind = OpKind::kAllGatherList;
+  plan.name = "all_gather";
+  check_defined(input, plan.name, "input");
+  const int n = size();
+  SHMCCL_CHECK_ARG(static_cast<int>(outputs.size()) == n, plan.name, ": expected ", n,
+                   " output tensors (one per rank), got ", outputs.size());
+  const bool rows = input.dim() >= 1;
+  plan.num_splits = n;
+  for (int r = 0; r < n; ++r) {
+    const Tensor& output = outputs[static_cast<size_t>(r)];
+    check_defined(output, plan.name, "output");
+    check_same_type(output, input);
+    SHMCCL_CHECK_ARG(output.dim() == input.dim() && trailing(output.sizes()) == trailing(input.sizes()),
+                     plan.name, ": output ", r, " has shape ", output.sizes(),
+                     ", which does not match the input shape ", input.sizes(),
+                     " outside dim 0");
+    plan.splits[static_cast<size_t>(r)] = rows ? output.size(0) : 1;
+  }
+  SHMCCL_CHECK_ARG(outputs[static_cast<size_t>(rank())].sizes() == input.sizes(), plan.name,
+                   ": this rank's output (", rank(), ") has shape ",
+                   outputs[static_cast<size_t>(rank())].sizes(), " but the input has shape ",
+                   input.sizes());
+  plan.dtype = input.dtype();
+  plan.row_elements = rows ? product_of_trailing(input.sizes()) : 1;
+  plan.input = input;
+  plan.outputs = outputs;
+  return submit(*state_, plan, async_op);
+}
+
+std::shared_ptr<Work> ProcessGroup::all_reduce(Tensor& tensor, ReduceOp op, bool async_op) {
+  OpPlan plan;
+  plan.kind = OpKind::kAllReduce;
+  plan.name = "all_reduce";
+  check_defined(tensor, plan.name, "input");
+  plan.dtype = tensor.dtype();
+  plan.reduce_op = op;
+  plan.input = tensor;
+  plan.output = tensor;
+  return submit(*state_, plan, async_op);
+}
+
+std::shared_ptr<Work> ProcessGroup::broadcast(Tensor& tensor, int src, bool async_op) {
+  OpPlan plan;
+  plan.kind = OpKind::kBroadcast;
+  plan.name = "broadcast";
+  check_defined(tensor, plan.name, "input");
+  SHMCCL_CHECK_ARG(src >= 0 && src < size(), "broadcast: src rank ", src,
+                   " is out of range for a group of ", size(), " ranks");
+  plan.dtype = tensor.dtype();
+  plan.root = src;
+  plan.input = tensor;
+  plan.output = tensor;
+  return submit(*state_, plan, async_op);
+}
+
+std::shared_ptr<Work> ProcessGroup::barrier(bool async_op) {
+  OpPlan plan;
+  plan.kind = OpKind::kBarrier;
+  plan.name = "barrier";
+  return submit(*state_, plan, async_op);
+}
+
+// ---- free functions: the default group when `group` is null ----
+
+std::shared_ptr<Work> all_gather_into_tensor_uneven(Tensor& output, const Tensor& input,
+                                                    const std::vector<int64_t>& output_split_sizes,
+                                                    const ProcessGroupPtr& group, bool async_op) {
+  return collectives::resolve_group(group)->all_gather_into_tensor_uneven(
+      output, input, output_split_sizes, async_op);
+}
+
+std::shared_ptr<Work> reduce_scatter_tensor_uneven(Tensor& output, const Tensor& input,
+                                                   const std::vector<int64_t>& input_split_sizes,
+                                                   ReduceOp op, const ProcessGroupPtr& group,
+                                                   bool async_op) {
+  return collectives::resolve_group(group)->reduce_scatter_tensor_uneven(
+      output, input, input_split_sizes, op, async_op);
+}
+
+std::shared_ptr<Work> all_gather_into_tensor(Tensor& output, const Tensor& input,
+                                             const ProcessGroupPtr& group, bool async_op) {
+  return collectives::resolve_group(group)->all_gather_into_tensor(output, input, async_op);
+}
+
+std::shared_ptr<Work> reduce_scatter_tensor(Tensor& output, const Tensor& input, ReduceOp op,
+                                            const ProcessGroupPtr& group, bool async_op) {
+  return collectives::resolve_group(group)->reduce_scatter_tensor(output, input, op, async_op);
+}
+
+std::shared_ptr<Work> all_gather(std::vector<Tensor>& outputs, const Tensor& input,
+                                 const ProcessGroupPtr& group, bool async_op) {
+  return collectives::resolve_group(group)->all_gather(outputs, input, async_op);
+}
+
+std::shared_ptr<Work> all_reduce(Tensor& tensor, ReduceOp op, const ProcessGroupPtr& group,
+                                 bool async_op) {
+  return collectives::resolve_group(group)->all_reduce(tensor, op, async_op);
+}
+
+std::shared_ptr<Work> broadcast(Tensor& tensor, int src, const ProcessGroupPtr& group,
+                                bool async_op) {
+  // As torch.distributed: `src` is a rank of the default group; translate it into the group.
+  ProcessGroupPtr resolved = collectives::resolve_group(group);
+  const auto& ranks = resolved->global_ranks();
+  const auto position = std::find(ranks.begin(), ranks.end(), src);
+  SHMCCL_CHECK_ARG(position != ranks.end(), "broadcast: src rank ", src,
+                   " is not a member of the group (ranks ", ranks, ")");
+  return resolved->broadcast(tensor, static_cast<int>(position - ranks.begin()), async_op);
+}
+
+std::shared_ptr<Work> barrier(const ProcessGroupPtr& group, bool async_op) {
+  return collectives::resolve_group(group)->barrier(async_op);
+}
+
+}  // namespace shmccl

@@ -1,0 +1,140 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// init_process_group, new_group, destroy_process_group and the lookup of groups by name.
+#include <algorithm>
+#include <map>
+#include <mutex>
+
+#include "collectives/group_state.h"
+#include "collectives/registry.h"
+#include "collectives/rendezvous.h"
+#include "core/check.h"
+#include "core/logging.h"
+
+namespace shmccl {
+namespace {
+
+struct Registry {
+  std::mutex mutex;
+  std::unique_ptr<collectives::Rendezvous> rendezvous;
+  ProcessGroupPtr default_group;
+  std::vector<ProcessGroupPtr> groups;  // every live group, the default one first
+  int generation = 0;
+  int subgroups = 0;  // new_group calls in this generation (all ranks call it equally)
+};
+
+Registry& registry() {
+  static auto* instance = new Registry();  // never destroyed: groups may outlive static teardown
+  return *instance;
+}
+
+std::string make_comm_name(const collectives::JobInfo& job, int generation, const std::string& key) {
+  return detail::concat("shmccl:", job.ns, ":", generation, ":", key, ":", job.rank);
+}
+
+}  // namespace
+
+void init_process_group(const InitOptions& options) {
+  Registry& state = registry();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  SHMCCL_CHECK_ARG(state.default_group == nullptr,
+                   "init_process_group: the default process group is already initialized; call "
+                   "destroy_process_group() first");
+  collectives::JobInfo job = collectives::resolve_job(options);
+  log::set_rank(job.rank);
+  auto rendezvous = std::make_unique<collectives::Rendezvous>(job);
+  std::vector<int> everyone(static_cast<size_t>(job.world_size));
+  for (int r = 0; r < job.world_size; ++r) everyone[static_cast<size_t>(r)] = r;
+  auto transport = rendezvous->connect_group("world", everyone, job.timeout);
+  rendezvous->world_complete();
+  ++state.generation;
+  state.subgroups = 0;
+  auto group = std::make_shared<ProcessGroup>(std::make_unique<detail::GroupState>(
+      std::move(transport), everyone, make_comm_name(job, state.generation, "world"),
+      job.timeout));
+  state.rendezvous = std::move(rendezvous);
+  state.default_group = group;
+  state.groups.push_back(group);
+  SHMCCL_INFO(kColl, "initialized: rank ", job.rank, " of ", job.world_size, ", job '",
+              job.job_id, "', namespace ", job.ns);
+}
+
+bool is_initialized() {
+  Registry& state = registry();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  return state.default_group != nullptr;
+}
+
+void destroy_process_group() {
+  Registry& state = registry();
+  std::vector<ProcessGroupPtr> groups;
+  {
+    std::lock_guard<std::mutex> lock(state.mutex);
+    groups.swap(state.groups);
+    state.default_group.reset();
+    state.rendezvous.reset();
+  }
+  // Dropping the registry's references destroys each group once its last user lets go; its
+  // destructor drains the collectives still queued.
+  groups.clear();
+}
+
+ProcessGroupPtr default_group() { return collectives::require_default_group(); }
+
+int get_rank(const ProcessGroupPtr& group) { return collectives::resolve_group(group)->rank(); }
+
+int get_world_size(const ProcessGroupPtr& group) {
+  return collectives::resolve_group(group)->size();
+}
+
+ProcessGroupPtr new_group(const std::vector<int>& ranks, std::chrono::milliseconds timeout) {
+  Registry& state = registry();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  SHMCCL_CHECK_ARG(state.default_group != nullptr,
+                   "new_group: call init_process_group() first");
+  const int world_size = state.default_group->size();
+  std::vector<int> members = ranks;
+  std::sort(members.begin(), members.end());
+  SHMCCL_CHECK_ARG(!members.empty(), "new_group: the list of ranks is empty");
+  SHMCCL_CHECK_ARG(std::adjacent_find(members.begin(), members.end()) == members.end(),
+                   "new_group: duplicate ranks in ", ranks);
+  SHMCCL_CHECK_ARG(members.front() >= 0 && members.back() < world_size, "new_group: ranks ",
+                   ranks, " are out of range for world size ", world_size);
+  const std::string key = "sub" + std::to_string(++state.subgroups);
+  const collectives::JobInfo& job = state.rendezvous->job();
+  if (std::find(members.begin(), members.end(), job.rank) == members.end()) return nullptr;
+  const auto group_timeout = timeout.count() >= 0 ? timeout : state.default_group->timeout();
+  auto transport = state.rendezvous->connect_group(key, members, group_timeout);
+  auto group = std::make_shared<ProcessGroup>(std::make_unique<detail::GroupState>(
+      std::move(transport), members, make_comm_name(job, state.generation, key), group_timeout));
+  state.groups.push_back(group);
+  return group;
+}
+
+ProcessGroupPtr group_from_comm_name(const std::string& name) {
+  Registry& state = registry();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  for (const ProcessGroupPtr& group : state.groups) {
+    if (group->comm_name() == name) return group;
+  }
+  throw InvalidArgument(detail::concat("unknown communicator name '", name,
+                                       "': no live process group of this process has it"));
+}
+
+namespace collectives {
+
+ProcessGroupPtr require_default_group() {
+  Registry& state = registry();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  SHMCCL_CHECK_ARG(state.default_group != nullptr,
+                   "the default process group is not initialized: call "
+                   "shmccl::init_process_group() first");
+  return state.default_group;
+}
+
+ProcessGroupPtr resolve_group(const ProcessGroupPtr& group) {
+  return group ? group : require_default_group();
+}
+
+}  // namespace collectives
+}  // namespace shmccl

@@ -1,0 +1,164 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+#include "collectives/rendezvous.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <functional>
+
+#include "core/check.h"
+#include "core/config.h"
+#include "core/logging.h"
+#include "transport/segment_names.h"
+#include "transport/shm_store.h"
+
+namespace shmccl::collectives {
+namespace {
+
+const char* env(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? value : nullptr;
+}
+
+int env_int(const char* name) {
+  const char* value = env(name);
+  if (value == nullptr) return -1;
+  char* end = nullptr;
+  const long parsed = std::strtol(value, &end, 10);
+  SHMCCL_CHECK_ARG(*end == '\0' && parsed >= 0 && parsed < (1 << 20), "environment variable ",
+                   name, "=", value, " is not a valid non-negative integer");
+  return static_cast<int>(parsed);
+}
+
+int first_env_int(std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    const int value = env_int(name);
+    if (value >= 0) return value;
+  }
+  return -1;
+}
+
+// Counts init_process_group calls of this process: all ranks call it equally often, so the
+// count names one "generation" of groups in the job's store.
+int g_generation = 0;
+
+}  // namespace
+
+JobInfo resolve_job(const InitOptions& options) {
+  JobInfo job;
+  job.rank = options.rank >= 0 ? options.rank
+                               : first_env_int({"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"});
+  job.world_size = options.world_size >= 0
+                       ? options.world_size
+                       : first_env_int({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"});
+  SHMCCL_CHECK_ARG(job.rank >= 0, "init_process_group: no rank: pass InitOptions::rank or set "
+                                  "RANK (shmrun and torchrun do)");
+  SHMCCL_CHECK_ARG(job.world_size >= 1, "init_process_group: no world size: pass "
+                                        "InitOptions::world_size or set WORLD_SIZE");
+  SHMCCL_CHECK_ARG(job.world_size <= transport::kMaxRanks, "init_process_group: world size ",
+                   job.world_size, " exceeds the maximum of ", transport::kMaxRanks,
+                   " ranks on one host");
+  SHMCCL_CHECK_ARG(job.rank < job.world_size, "init_process_group: rank ", job.rank,
+                   " is out of range for world size ", job.world_size);
+
+  if (!options.job_id.empty()) {
+    job.job_id = options.job_id;
+  } else if (const char* id = env("SHMCCL_JOB_ID")) {
+    job.job_id = id;
+  } else if (const char* addr = env("MASTER_ADDR"); addr && env("MASTER_PORT")) {
+    job.job_id = std::string("torch-") + addr + "-" + env("MASTER_PORT");  // as env:// does
+  } else if (const char* ompi = env("OMPI_MCA_ess_base_jobid")) {
+    job.job_id = std::string("ompi-") + ompi;
+  } else if (env("PMI_RANK") || env("OMPI_COMM_WORLD_RANK")) {
+    // MPI launchers start a host's ranks from one proxy process: its pid identifies the job.
+    job.job_id = "mpi-" + std::to_string(getppid());
+  } else {
+    throw InvalidArgument(
+        "init_process_group: no job id: pass InitOptions::job_id or set SHMCCL_JOB_ID (or "
+        "MASTER_ADDR and MASTER_PORT), the same on every rank; shmrun sets it");
+  }
+  if (const char* ns = env("SHMCCL_NAMESPACE")) {
+    job.ns = transport::sanitize_name_component(ns);
+    job.launcher_owns_namespace = env("SHMCCL_LOCK_FD") != nullptr;
+  } else {
+    job.ns = "j" + transport::sanitize_name_component(job.job_id);
+  }
+  if (options.timeout.count() >= 0) {
+    job.timeout = options.timeout;
+  } else {
+    job.timeout = std::chrono::milliseconds(
+        static_cast<int64_t>(config::get_seconds("SHMCCL_TIMEOUT") * 1000.0));
+  }
+  return job;
+}
+
+Rendezvous::Rendezvous(JobInfo job) : job_(std::move(job)) {
+  if (!job_.launcher_owns_namespace) {
+    // The job's lock: held shared by every live process of the job, so `shmrun --cleanup` can
+    // tell a live namespace from a stale one.
+    const std::string path = "/dev/shm/shmccl." + job_.ns + ".lock";
+    lock_fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (lock_fd_ >= 0) {
+      created_lock_ = true;
+      ::flock(lock_fd_, LOCK_SH);
+    }
+  }
+  store_ = transport::ShmStore::open_or_create(job_.ns, job_.timeout);
+  prefix_ = "g" + std::to_string(++g_generation) + "/";
+  const int64_t claims = store_->add(prefix_ + "rank/" + std::to_string(job_.rank), 1);
+  if (claims != 1) {
+    throw InvalidArgument(detail::concat("init_process_group: rank ", job_.rank, " of job '",
+                                         job_.job_id,
+                                         "' is already taken by another process: give each "
+                                         "process its own RANK"));
+  }
+}
+
+Rendezvous::~Rendezvous() {
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+}
+
+std::unique_ptr<transport::GroupTransport> Rendezvous::connect_group(
+    const std::string& key, const std::vector<int>& global_ranks,
+    std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto position = std::find(global_ranks.begin(), global_ranks.end(), job_.rank);
+  SHMCCL_CHECK(position != global_ranks.end(), "rank ", job_.rank, " is not in group ", key);
+  const int group_rank = static_cast<int>(position - global_ranks.begin());
+  const int group_size = static_cast<int>(global_ranks.size());
+  const std::string name_key = prefix_ + key + "/control";
+  std::unique_ptr<transport::GroupTransport> transport;
+  if (group_rank == 0) {
+    const std::string name = transport::segment_name(
+        job_.ns, prefix_.substr(0, prefix_.size() - 1) + "." + key + "." + transport::random_token());
+    transport = transport::GroupTransport::create(name, group_rank, group_size);
+    store_->set(name_key, name);
+  } else {
+    std::string name;
+    try {
+      store_->wait({name_key}, timeout);
+      name = store_->get(name_key);
+    } catch (const TimeoutError&) {
+      throw TimeoutError(detail::concat("init: rank ", global_ranks[0],
+                                        " (the first rank of group ", key, ") did not arrive within ",
+                                        timeout.count(), " ms; job '", job_.job_id, "'"));
+    }
+    transport = transport::GroupTransport::open(name, group_rank, group_size);
+  }
+  transport->wait_for_all_attached(deadline);
+  return transport;
+}
+
+void Rendezvous::world_complete() {
+  const int64_t complete = store_->add(prefix_ + "complete", 1);
+  if (complete == job_.world_size) {
+    // Every rank has the store mapped; the last one removes the names.
+    if (auto* shm_store = dynamic_cast<transport::ShmStore*>(store_.get())) shm_store->unlink();
+    if (created_lock_) ::unlink(("/dev/shm/shmccl." + job_.ns + ".lock").c_str());
+  }
+}
+
+}  // namespace shmccl::collectives

@@ -1,0 +1,58 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// How the ranks of a job find each other: the job's identity from options or the environment
+// (shmrun, torchrun's env://, Open MPI, MPICH), a key-value store in shared memory named after
+// the job, and the creation of each group's control block through it.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shmccl/process_group.hpp"
+#include "transport/group_transport.h"
+#include "transport/store.h"
+
+namespace shmccl::collectives {
+
+struct JobInfo {
+  int rank = -1;
+  int world_size = -1;
+  std::string job_id;
+  std::string ns;  // shared-memory namespace: /dev/shm/shmccl.<ns>.*
+  std::chrono::milliseconds timeout{0};
+  bool launcher_owns_namespace = false;  // shmrun created the namespace and removes it
+};
+
+// Fills unset options from the environment. InvalidArgument names what is missing or bad.
+JobInfo resolve_job(const InitOptions& options);
+
+// One init_process_group's connection to its job. Not thread-safe (used under the registry's
+// lock).
+class Rendezvous {
+ public:
+  explicit Rendezvous(JobInfo job);
+  ~Rendezvous();
+  Rendezvous(const Rendezvous&) = delete;
+  Rendezvous& operator=(const Rendezvous&) = delete;
+
+  const JobInfo& job() const { return job_; }
+  // Creates the control block of a group (its first rank) or attaches to it (the others) and
+  // waits for every member. `key` names the group within the job (same on every member).
+  std::unique_ptr<transport::GroupTransport> connect_group(const std::string& key,
+                                                           const std::vector<int>& global_ranks,
+                                                           std::chrono::milliseconds timeout);
+  // After the default group is complete: removes the store's and the lock's names, so nothing
+  // of the job is left in /dev/shm whatever happens next (every member keeps its mapping).
+  void world_complete();
+
+ private:
+  JobInfo job_;
+  std::unique_ptr<transport::Store> store_;
+  int lock_fd_ = -1;
+  bool created_lock_ = false;
+  std::string prefix_;  // "g<generation>/": keys of this init within the job's store
+};
+
+}  // namespace shmccl::collectives

@@ -1,0 +1,68 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+#include "shmccl/work.hpp"
+
+#include "core/check.h"
+
+namespace shmccl {
+
+Work::Work(std::string description, uint64_t sequence)
+    : description_(std::move(description)), sequence_(sequence) {}
+
+bool Work::is_completed() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return completed_;
+}
+
+bool Work::is_success() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return completed_ && error_ == nullptr;
+}
+
+std::exception_ptr Work::exception() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return error_;
+}
+
+bool Work::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (timeout.count() < 0) {
+    completed_cv_.wait(lock, [&] { return completed_; });
+  } else if (!completed_cv_.wait_for(lock, timeout, [&] { return completed_; })) {
+    return false;
+  }
+  if (error_) std::rethrow_exception(error_);
+  return true;
+}
+
+void Work::synchronize() {
+  npu::Event event;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!has_event_) {
+      // Host-side work (or already finished): waiting on the host is the only ordering there is.
+      lock.unlock();
+      wait();
+      return;
+    }
+    event = completion_event_;
+  }
+  npu::current_stream(npu::current_device()).wait_event(event);
+}
+
+void Work::finish(std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (completed_) return;
+    completed_ = true;
+    error_ = std::move(error);
+  }
+  completed_cv_.notify_all();
+}
+
+void Work::set_completion_event(npu::Event event) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  completion_event_ = std::move(event);
+  has_event_ = true;
+}
+
+}  // namespace shmccl

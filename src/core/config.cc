@@ -1,0 +1,256 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+#include "core/config.h"
+
+#include <array>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "core/check.h"
+#include "core/logging.h"
+
+namespace shmccl::config {
+namespace {
+
+// Every SHMCCL_* variable. Keep sorted by subsystem; the launcher prints it in this order.
+constexpr std::array kSettings = {
+    Setting{"SHMCCL_DEBUG", Kind::kString, "WARN", "log level: NONE, WARN, INFO or TRACE"},
+    Setting{"SHMCCL_DEBUG_SUBSYS", Kind::kString, "ALL",
+            "comma-separated subsystems to log: CORE, DEVICE, SHM, COLL, OPS, LAUNCH or ALL; "
+            "a leading ^ excludes the listed ones"},
+    Setting{"SHMCCL_NPU_DEVICE_COUNT", Kind::kInt, "8", "number of simulated NPU devices"},
+    Setting{"SHMCCL_NPU_MEMORY", Kind::kBytes, "16G",
+            "capacity of each simulated NPU's memory arena (reserved, committed on demand)"},
+    Setting{"SHMCCL_NPU_CACHING_ALLOCATOR", Kind::kBool, "1",
+            "cache freed device blocks for reuse (0: return every block to the arena at once)"},
+    Setting{"SHMCCL_KERNEL_ISA", Kind::kString, "auto",
+            "vector ISA of the device kernels: auto, avx512, avx2 or generic"},
+    Setting{"SHMCCL_TIMEOUT", Kind::kSeconds, "600",
+            "default timeout of collectives and rendezvous (torch's default: 10 minutes)"},
+    Setting{"SHMCCL_CHUNK_BYTES", Kind::kBytes, "256K",
+            "bytes per chunk of a collective's work pool (larger: fewer claims; smaller: better "
+            "balance between ranks)"},
+    Setting{"SHMCCL_INLINE_BYTES", Kind::kBytes, "16K",
+            "largest per-rank payload sent through the control block's slots instead of the "
+            "zero-copy work pool (at most 16K)"},
+    Setting{"SHMCCL_JOB_ID", Kind::kString, "", "job id shared by the ranks of one job"},
+    Setting{"SHMCCL_NAMESPACE", Kind::kString, "",
+            "prefix of the job's shared-memory segment names (set by shmrun)"},
+};
+
+struct ParsedValues {
+  std::mutex mutex;
+  std::map<std::string, std::string> values;  // name -> text in force
+};
+
+ParsedValues& parsed() {
+  static ParsedValues instance;
+  return instance;
+}
+
+const Setting* find_setting(const char* name) {
+  for (const Setting& setting : kSettings) {
+    if (std::strcmp(setting.name, name) == 0) return &setting;
+  }
+  return nullptr;
+}
+
+std::string trim(std::string text) {
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+  size_t start = 0;
+  while (start < text.size() && std::isspace(static_cast<unsigned char>(text[start]))) ++start;
+  return text.substr(start);
+}
+
+bool parse_bool(const std::string& text, bool* out) {
+  std::string lower;
+  for (char c : text) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "1" || lower == "true" || lower == "yes" || lower == "on") {
+    *out = true;
+    return true;
+  }
+  if (lower == "0" || lower == "false" || lower == "no" || lower == "off") {
+    *out = false;
+    return true;
+  }
+  return false;
+}
+
+bool parse_int(const std::string& text, int64_t* out) {
+  if (text.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  const long long value = std::strtoll(text.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0') return false;
+  *out = value;
+  return true;
+}
+
+bool is_valid_value(const Setting& setting, const std::string& text) {
+  switch (setting.kind) {
+    case Kind::kBool: {
+      bool value;
+      return parse_bool(text, &value);
+    }
+    case Kind::kInt: {
+      int64_t value;
+      return parse_int(text, &value);
+    }
+    case Kind::kBytes: {
+      uint64_t value;
+      return parse_bytes(text, &value);
+    }
+    case Kind::kSeconds: {
+      double value;
+      return parse_seconds(text, &value);
+    }
+    case Kind::kString:
+      return true;
+  }
+  return false;
+}
+
+const Setting& require_setting(const char* name) {
+  const Setting* setting = find_setting(name);
+  SHMCCL_CHECK(setting != nullptr, "unknown configuration variable ", name);
+  return *setting;
+}
+
+}  // namespace
+
+std::span<const Setting> all_settings() noexcept { return kSettings; }
+
+const char* kind_name(Kind kind) noexcept {
+  switch (kind) {
+    case Kind::kBool:
+      return "bool";
+    case Kind::kInt:
+      return "int";
+    case Kind::kBytes:
+      return "bytes";
+    case Kind::kSeconds:
+      return "seconds";
+    case Kind::kString:
+      return "string";
+  }
+  return "?";
+}
+
+bool parse_bytes(const std::string& raw, uint64_t* out) noexcept {
+  const std::string text = trim(raw);
+  if (text.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  const double number = std::strtod(text.c_str(), &end);
+  if (errno != 0 || end == text.c_str() || number < 0) return false;
+  std::string suffix(end);
+  if (!suffix.empty() && (suffix.back() == 'B' || suffix.back() == 'b')) suffix.pop_back();
+  if (suffix.size() == 2 && (suffix[1] == 'i' || suffix[1] == 'I')) suffix.pop_back();
+  double scale = 1;
+  if (suffix.empty()) {
+    scale = 1;
+  } else if (suffix.size() == 1) {
+    switch (std::toupper(static_cast<unsigned char>(suffix[0]))) {
+      case 'K':
+        scale = 1024.0;
+        break;
+      case 'M':
+        scale = 1024.0 * 1024;
+        break;
+      case 'G':
+        scale = 1024.0 * 1024 * 1024;
+        break;
+      case 'T':
+        scale = 1024.0 * 1024 * 1024 * 1024;
+        break;
+      default:
+        return false;
+    }
+  } else {
+    return false;
+  }
+  const double bytes = number * scale;
+  if (!std::isfinite(bytes) || bytes > 1.8e19) return false;
+  *out = static_cast<uint64_t>(std::llround(bytes));
+  return true;
+}
+
+bool parse_seconds(const std::string& raw, double* out) noexcept {
+  const std::string text = trim(raw);
+  if (text.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  const double number = std::strtod(text.c_str(), &end);
+  if (errno != 0 || end == text.c_str() || number < 0 || !std::isfinite(number)) return false;
+  const std::string suffix(end);
+  double scale = 1;
+  if (suffix.empty() || suffix == "s") {
+    scale = 1;
+  } else if (suffix == "ms") {
+    scale = 1e-3;
+  } else if (suffix == "us") {
+    scale = 1e-6;
+  } else if (suffix == "m" || suffix == "min") {
+    scale = 60;
+  } else if (suffix == "h") {
+    scale = 3600;
+  } else {
+    return false;
+  }
+  *out = number * scale;
+  return true;
+}
+
+std::string get_string(const char* name) {
+  const Setting& setting = require_setting(name);
+  ParsedValues& state = parsed();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  auto found = state.values.find(name);
+  if (found != state.values.end()) return found->second;
+  std::string value = setting.default_value;
+  if (const char* raw = std::getenv(name); raw != nullptr) {
+    if (is_valid_value(setting, raw)) {
+      value = raw;
+    } else {
+      SHMCCL_WARN(kCore, "ignoring ", name, "=", raw, ": not a valid ", kind_name(setting.kind),
+                  "; using the default ", setting.default_value);
+    }
+  }
+  state.values.emplace(name, value);
+  return value;
+}
+
+bool get_bool(const char* name) {
+  bool value = false;
+  parse_bool(get_string(name), &value);
+  return value;
+}
+
+int64_t get_int(const char* name) {
+  int64_t value = 0;
+  parse_int(get_string(name), &value);
+  return value;
+}
+
+uint64_t get_bytes(const char* name) {
+  uint64_t value = 0;
+  parse_bytes(get_string(name), &value);
+  return value;
+}
+
+double get_seconds(const char* name) {
+  double value = 0;
+  parse_seconds(get_string(name), &value);
+  return value;
+}
+
+void reload() noexcept {
+  ParsedValues& state = parsed();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  state.values.clear();
+}
+
+}  // namespace shmccl::config

@@ -1,0 +1,41 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// The typed registry of every SHMCCL_* environment variable. Each setting is declared once (in
+// config.cc) with its type, default and help text; values are parsed once, on first use, and a bad
+// value is warned about and replaced by the default. `shmrun --dump-config` prints the table.
+// Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace shmccl::config {
+
+enum class Kind { kBool, kInt, kBytes, kSeconds, kString };
+
+struct Setting {
+  const char* name;           // "SHMCCL_TIMEOUT"
+  Kind kind;
+  const char* default_value;  // as text, in the variable's own syntax
+  const char* help;
+};
+
+std::span<const Setting> all_settings() noexcept;
+const char* kind_name(Kind kind) noexcept;
+
+// The value in force (environment or default), as text.
+std::string get_string(const char* name);
+bool get_bool(const char* name);
+int64_t get_int(const char* name);
+uint64_t get_bytes(const char* name);  // accepts K, M, G, T suffixes (powers of 1024)
+double get_seconds(const char* name);  // accepts s, ms, us, m suffixes; plain number = seconds
+
+// Parsers shared with the launcher's command line; false on a malformed value.
+bool parse_bytes(const std::string& text, uint64_t* out) noexcept;
+bool parse_seconds(const std::string& text, double* out) noexcept;
+
+// Forgets parsed values so the next get_* reads the environment again (tests).
+void reload() noexcept;
+
+}  // namespace shmccl::config

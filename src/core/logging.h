@@ -1,0 +1,48 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// Leveled, per-subsystem logging to stderr, in the manner of NCCL_DEBUG / NCCL_DEBUG_SUBSYS:
+//   SHMCCL_DEBUG=WARN|INFO|TRACE (default WARN), SHMCCL_DEBUG_SUBSYS=ALL or DEVICE,SHM,COLL,...
+// The level is checked before any argument is formatted. Each line starts
+// "host:pid:tid [rank] shmccl LEVEL SUBSYS". Thread-safe: one write(2) per line.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/check.h"
+
+namespace shmccl::log {
+
+enum class Level : int { kNone = 0, kWarn = 1, kInfo = 2, kTrace = 3 };
+
+enum Subsys : uint32_t {
+  kCore = 1u << 0,
+  kDevice = 1u << 1,
+  kShm = 1u << 2,
+  kColl = 1u << 3,
+  kOps = 1u << 4,
+  kLaunch = 1u << 5,
+  kAll = 0xFFFFFFFFu,
+};
+
+// Cheap: two relaxed loads after the first call.
+bool enabled(Level level, Subsys subsys) noexcept;
+void write(Level level, Subsys subsys, const std::string& message) noexcept;
+
+// The rank printed in the prefix (-1: none yet).
+void set_rank(int rank) noexcept;
+// Re-reads SHMCCL_DEBUG / SHMCCL_DEBUG_SUBSYS (for tests).
+void reload() noexcept;
+
+}  // namespace shmccl::log
+
+#define SHMCCL_LOG(level, subsys, ...)                                                 \
+  do {                                                                                 \
+    if (::shmccl::log::enabled(level, subsys)) [[unlikely]] {                          \
+      ::shmccl::log::write(level, subsys, ::shmccl::detail::concat(__VA_ARGS__));      \
+    }                                                                                  \
+  } while (0)
+
+#define SHMCCL_WARN(subsys, ...) SHMCCL_LOG(::shmccl::log::Level::kWarn, ::shmccl::log::subsys, __VA_ARGS__)
+#define SHMCCL_INFO(subsys, ...) SHMCCL_LOG(::shmccl::log::Level::kInfo, ::shmccl::log::subsys, __VA_ARGS__)
+#define SHMCCL_TRACE(subsys, ...) SHMCCL_LOG(::shmccl::log::Level::kTrace, ::shmccl::log::subsys, __VA_ARGS__)

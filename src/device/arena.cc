@@ -1,0 +1,343 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+#include "device/arena.h"
+
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <type_traits>
+#include <utility>
+
+#include "core/check.h"
+#include "core/logging.h"
+#include "shmccl/error.hpp"
+
+namespace shmccl::device {
+namespace {
+
+using detail::concat;
+
+// The header page's content. Layout (little-endian, at file offset 0 of the memfd):
+//   0 magic, 8 token, 16 capacity, 24 owner pid, 28 device. Written once by the owner in the
+// constructor, before any handle can be published, and only read afterwards: publishing the
+// handle (a pipe, a socket, a release store in shared memory) orders the reads after the writes.
+struct ArenaHeader {
+  uint64_t magic;
+  uint64_t token;
+  uint64_t capacity;
+  int32_t owner_pid;
+  int32_t device;
+};
+static_assert(sizeof(ArenaHeader) == 32);
+static_assert(alignof(ArenaHeader) == 8);
+static_assert(std::is_trivially_copyable_v<ArenaHeader>);
+static_assert(sizeof(ArenaHeader) <= Arena::kHeaderBytes);
+
+constexpr uint64_t kArenaMagic = 0x414e45524150'4e53ull;  // "SNPARENA" read as little-endian
+// Far beyond any machine, and small enough that offsets and roundings cannot overflow.
+constexpr uint64_t kMaxCapacity = 1ull << 50;
+
+uint64_t round_up(uint64_t value, uint64_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+// A move-only owned file descriptor.
+class UniqueFd {
+ public:
+  explicit UniqueFd(int fd = -1) : fd_(fd) {}
+  ~UniqueFd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  UniqueFd(UniqueFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  UniqueFd& operator=(UniqueFd&&) = delete;
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
+
+// A move-only owned mapping; unmapped by the destructor unless released.
+class UniqueMapping {
+ public:
+  UniqueMapping(void* address, size_t bytes) : address_(address), bytes_(bytes) {}
+  ~UniqueMapping() {
+    if (address_ != nullptr) ::munmap(address_, bytes_);
+  }
+  UniqueMapping(const UniqueMapping&) = delete;
+  UniqueMapping& operator=(const UniqueMapping&) = delete;
+  char* get() const { return static_cast<char*>(address_); }
+  char* release() { return static_cast<char*>(std::exchange(address_, nullptr)); }
+
+ private:
+  void* address_;
+  size_t bytes_;
+};
+
+// Maps the whole memfd (header + address space) shared and read-write, without reserving swap.
+UniqueMapping map_shared(int fd, uint64_t bytes, const std::string& what) {
+  void* address = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+  if (address == MAP_FAILED) {
+    detail::throw_system_error(concat("mmap(", what, ", ", bytes, " bytes)"), errno);
+  }
+  return UniqueMapping(address, bytes);
+}
+
+// fallocate that retries when a signal interrupted it (shmem undoes the partial work first).
+int fallocate_retrying(int fd, int mode, uint64_t offset, uint64_t length) {
+  int result;
+  do {
+    result = ::fallocate(fd, mode, static_cast<off_t>(offset), static_cast<off_t>(length));
+  } while (result == -1 && errno == EINTR);
+  return result == -1 ? errno : 0;
+}
+
+uint64_t random_token() {
+  uint64_t token = 0;
+  while (token == 0) {
+    ssize_t got = ::getrandom(&token, sizeof(token), 0);
+    if (got == -1 && errno != EINTR) detail::throw_system_error("getrandom", errno);
+    if (got != static_cast<ssize_t>(sizeof(token))) token = 0;
+  }
+  return token;
+}
+
+std::string hex(uint64_t value) {
+  char text[19];
+  std::snprintf(text, sizeof(text), "0x%016" PRIx64, value);
+  return text;
+}
+
+}  // namespace
+
+std::string format_bytes(uint64_t bytes) {
+  constexpr double kKiB = 1024.0;
+  char text[64];
+  if (bytes < 1024) {
+    std::snprintf(text, sizeof(text), "%" PRIu64 " bytes", bytes);
+  } else if (bytes < (1ull << 20)) {
+    std::snprintf(text, sizeof(text), "%.2f KiB", static_cast<double>(bytes) / kKiB);
+  } else if (bytes < (1ull << 30)) {
+    std::snprintf(text, sizeof(text), "%.2f MiB", static_cast<double>(bytes) / (kKiB * kKiB));
+  } else {
+    std::snprintf(text, sizeof(text), "%.2f GiB",
+                  static_cast<double>(bytes) / (kKiB * kKiB * kKiB));
+  }
+  return text;
+}
+
+Arena::Arena(int device, uint64_t capacity) : device_(device) {
+  SHMCCL_CHECK_ARG(capacity > 0 && capacity <= kMaxCapacity, "NPU ", device,
+                   " arena: capacity must be in (0, ", kMaxCapacity, "] bytes, got ", capacity);
+  const auto page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  capacity_ = round_up(capacity, page);
+  const uint64_t file_bytes = kHeaderBytes + capacity_;
+  const std::string name = concat("shmccl-npu", device);
+
+  UniqueFd fd(
+      SHMCCL_SYSCALL(::memfd_create(name.c_str(), MFD_CLOEXEC), "memfd_create(", name, ")"));
+  SHMCCL_SYSCALL(::ftruncate(fd.get(), static_cast<off_t>(file_bytes)), "ftruncate(memfd ", name,
+                 ", ", file_bytes, " bytes)");
+  // Commit the header page so that writing it cannot fault on a full machine.
+  if (int error = fallocate_retrying(fd.get(), 0, 0, kHeaderBytes); error != 0) {
+    detail::throw_system_error(concat("fallocate(memfd ", name, ", header page)"), error);
+  }
+  UniqueMapping mapping = map_shared(fd.get(), file_bytes, concat("memfd ", name));
+  token_ = random_token();
+
+  const ArenaHeader header{kArenaMagic, token_, capacity_, static_cast<int32_t>(::getpid()),
+                           device_};
+  std::memcpy(mapping.get(), &header, sizeof(header));
+  free_ranges_.emplace(0, capacity_);
+
+  fd_ = fd.release();
+  base_ = mapping.release() + kHeaderBytes;
+  SHMCCL_INFO(kDevice, "NPU ", device_, " arena: reserved ", format_bytes(capacity_), " (memfd ",
+              name, ", fd ", fd_, ")");
+}
+
+Arena::~Arena() {
+  ::munmap(base_ - kHeaderBytes, kHeaderBytes + capacity_);
+  ::close(fd_);
+}
+
+uint64_t Arena::allocate_segment(uint64_t bytes) {
+  SHMCCL_CHECK_ARG(bytes > 0, "NPU ", device_, " arena: allocate_segment of 0 bytes");
+  const uint64_t length = bytes > capacity_ ? 0 : round_up(bytes, kSegmentGranularity);
+  uint64_t offset = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto fit = free_ranges_.end();
+    uint64_t largest = 0;
+    for (auto it = free_ranges_.begin(); it != free_ranges_.end(); ++it) {
+      largest = std::max(largest, it->second);
+      if (length != 0 && it->second >= length) {
+        fit = it;  // first fit: keeps the low addresses dense
+        break;
+      }
+    }
+    if (fit == free_ranges_.end()) {
+      throw OutOfMemoryError(concat("NPU ", device_, " arena: no free range for a segment of ",
+                                    format_bytes(length != 0 ? length : bytes), " (requested ",
+                                    bytes, " bytes); ", format_bytes(committed_), " committed of ",
+                                    format_bytes(capacity_), " capacity, largest free range ",
+                                    format_bytes(largest)));
+    }
+    offset = fit->first;
+    const uint64_t rest = fit->second - length;
+    free_ranges_.erase(fit);
+    if (rest > 0) free_ranges_.emplace(offset + length, rest);
+    segments_.emplace(offset, length);
+  }
+
+  // Commit outside the lock: zeroing a large segment takes milliseconds, and the range is ours.
+  const int error = fallocate_retrying(fd_, 0, kHeaderBytes + offset, length);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (error != 0) {
+    segments_.erase(offset);
+    return_range_locked(offset, length);
+    const std::string what = concat(
+        "NPU ", device_, " arena: cannot commit a segment of ", format_bytes(length),
+        " (requested ", bytes, " bytes) at offset ", offset, ": fallocate: ", std::strerror(error),
+        "; ", format_bytes(committed_), " committed of ", format_bytes(capacity_), " capacity");
+    if (error == ENOSPC || error == ENOMEM) throw OutOfMemoryError(what);
+    throw SystemError(what, error);
+  }
+  committed_ += length;
+  SHMCCL_TRACE(kDevice, "NPU ", device_, " arena: committed ", format_bytes(length), " at offset ",
+               offset);
+  return offset;
+}
+
+void Arena::free_segment(uint64_t offset, uint64_t bytes) {
+  const uint64_t length = bytes > capacity_ ? 0 : round_up(bytes, kSegmentGranularity);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = segments_.find(offset);
+    if (it == segments_.end() || it->second != length || length == 0) {
+      throw Error(concat("NPU ", device_, " arena: free_segment(offset ", offset, ", ", bytes,
+                         " bytes) does not match a segment",
+                         it == segments_.end()
+                             ? std::string(" (none starts there)")
+                             : concat(" (the one there has ", it->second, " bytes)")));
+    }
+    segments_.erase(it);
+  }
+
+  // Decommit outside the lock; nobody else can hand out the range until it is returned below.
+  const int error = fallocate_retrying(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                                       kHeaderBytes + offset, length);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    committed_ -= length;
+    return_range_locked(offset, length);
+  }
+  if (error != 0) {
+    detail::throw_system_error(concat("NPU ", device_, " arena: fallocate(PUNCH_HOLE, offset ",
+                                      offset, ", ", length, " bytes)"),
+                               error);
+  }
+  SHMCCL_TRACE(kDevice, "NPU ", device_, " arena: released ", format_bytes(length), " at offset ",
+               offset);
+}
+
+void Arena::return_range_locked(uint64_t offset, uint64_t length) {
+  auto it = free_ranges_.emplace(offset, length).first;
+  if (auto next = std::next(it); next != free_ranges_.end() && offset + length == next->first) {
+    it->second += next->second;
+    free_ranges_.erase(next);
+  }
+  if (it != free_ranges_.begin()) {
+    if (auto prev = std::prev(it); prev->first + prev->second == offset) {
+      prev->second += it->second;
+      free_ranges_.erase(it);
+    }
+  }
+}
+
+uint64_t Arena::committed_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return committed_;
+}
+
+ArenaHandle Arena::handle() const {
+  ArenaHandle handle;
+  handle.pid = static_cast<int32_t>(::getpid());
+  handle.fd = fd_;
+  handle.device = device_;
+  handle.capacity = capacity_;
+  handle.token = token_;
+  return handle;
+}
+
+std::shared_ptr<ArenaMapping> ArenaMapping::open(const ArenaHandle& handle) {
+  SHMCCL_CHECK_ARG(
+      handle.pid > 0 && handle.fd >= 0 && handle.capacity > 0 && handle.capacity <= kMaxCapacity,
+      "invalid ArenaHandle: pid ", handle.pid, ", fd ", handle.fd, ", capacity ", handle.capacity);
+  const std::string peer = concat("ArenaMapping: process ", handle.pid);
+  const std::string arena = concat(" (NPU ", handle.device, " arena, fd ", handle.fd, ")");
+
+  const auto pidfd_raw = static_cast<int>(::syscall(SYS_pidfd_open, handle.pid, 0));
+  if (pidfd_raw == -1) {
+    if (errno == ESRCH) throw RemoteError(concat(peer, " is gone", arena));
+    detail::throw_system_error(concat(peer, arena, ": pidfd_open"), errno);
+  }
+  UniqueFd pidfd(pidfd_raw);
+  const auto fd_raw = static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd.get(), handle.fd, 0));
+  if (fd_raw == -1) {
+    if (errno == ESRCH) throw RemoteError(concat(peer, " is gone", arena));
+    if (errno == EBADF) throw RemoteError(concat(peer, " has no open fd ", handle.fd, arena));
+    detail::throw_system_error(concat(peer, arena, ": pidfd_getfd"), errno);
+  }
+  UniqueFd fd(fd_raw);
+
+  struct stat status {};
+  SHMCCL_SYSCALL(::fstat(fd.get(), &status), peer, arena, ": fstat");
+  const uint64_t file_bytes = Arena::kHeaderBytes + handle.capacity;
+  if (!S_ISREG(status.st_mode) || static_cast<uint64_t>(status.st_size) != file_bytes) {
+    throw RemoteError(concat(peer, arena, ": fd is not the arena: size ", status.st_size,
+                             " bytes, expected ", file_bytes, " (header page + capacity ",
+                             handle.capacity, ")"));
+  }
+  UniqueMapping mapping = map_shared(fd.get(), file_bytes, concat(peer, arena));
+
+  ArenaHeader header;
+  std::memcpy(&header, mapping.get(), sizeof(header));
+  auto mismatch = [&](const char* field, const std::string& want, const std::string& got) {
+    return RemoteError(concat(peer, arena, ": ", field, " mismatch: handle has ", want,
+                              ", arena header has ", got));
+  };
+  if (header.magic != kArenaMagic) throw mismatch("magic", hex(kArenaMagic), hex(header.magic));
+  if (header.capacity != handle.capacity) {
+    throw mismatch("capacity", std::to_string(handle.capacity), std::to_string(header.capacity));
+  }
+  if (header.device != handle.device) {
+    throw mismatch("device", std::to_string(handle.device), std::to_string(header.device));
+  }
+  if (header.token != handle.token) throw mismatch("token", hex(handle.token), hex(header.token));
+
+  std::shared_ptr<ArenaMapping> result(new ArenaMapping());
+  result->handle_ = handle;
+  result->capacity_ = handle.capacity;
+  result->fd_ = fd.release();
+  result->base_ = mapping.release() + Arena::kHeaderBytes;
+  SHMCCL_INFO(kDevice, "mapped NPU ", handle.device, " arena of process ", handle.pid, " (",
+              format_bytes(handle.capacity), ")");
+  return result;
+}
+
+ArenaMapping::~ArenaMapping() {
+  if (base_ != nullptr) ::munmap(base_ - Arena::kHeaderBytes, Arena::kHeaderBytes + capacity_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+}  // namespace shmccl::device

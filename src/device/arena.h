@@ -1,0 +1,111 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// Arena: the memory of one simulated NPU in one process. A memfd of the device's capacity is
+// reserved (sparse) and mapped once, MAP_SHARED, so that any peer process can map the same pages
+// (ArenaMapping) and address device pointers directly: the basis of zero-copy collectives.
+// Physical memory is committed per segment with fallocate, so a full machine is an
+// OutOfMemoryError at allocation time, never a SIGBUS later. Thread-safe.
+//
+// File layout of the memfd (size kHeaderBytes + capacity):
+//   [0, kHeaderBytes)                      header page: magic, token, capacity, owner pid, device;
+//                                          written once by the owner before any handle exists,
+//                                          checked by ArenaMapping::open; never handed out
+//   [kHeaderBytes, kHeaderBytes+capacity)  the device's address space; base() points here, and
+//                                          segment offsets are relative to it
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+namespace shmccl::device {
+
+// What a peer needs to map an arena: the owner's pid and fd number (taken with pidfd_getfd),
+// plus the size and a random token checked on import. Plain data; lives in shared memory.
+struct ArenaHandle {
+  int32_t pid = 0;
+  int32_t fd = -1;
+  int32_t device = -1;
+  int32_t reserved = 0;
+  uint64_t capacity = 0;
+  uint64_t token = 0;
+};
+static_assert(sizeof(ArenaHandle) == 32);
+
+class Arena {
+ public:
+  // Reserves `capacity` bytes (rounded up to the page size) for `device`. Throws SystemError.
+  Arena(int device, uint64_t capacity);
+  ~Arena();
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+
+  int device() const { return device_; }
+  char* base() const { return base_; }
+  uint64_t capacity() const { return capacity_; }
+  bool contains(const void* pointer) const {
+    auto p = static_cast<const char*>(pointer);
+    return p >= base_ && p < base_ + capacity_;
+  }
+
+  // Takes a free range of at least `bytes` (rounded to the 2 MiB segment granularity) from the
+  // address space and commits its memory. Returns its offset. Throws OutOfMemoryError when the
+  // address space or the machine's memory is exhausted (message names sizes).
+  uint64_t allocate_segment(uint64_t bytes);
+  // Releases the memory of a segment and returns its range. `bytes` as passed to allocate_segment.
+  // A range that allocate_segment did not return is an shmccl::Error.
+  void free_segment(uint64_t offset, uint64_t bytes);
+
+  uint64_t committed_bytes() const;
+  ArenaHandle handle() const;
+
+  static constexpr uint64_t kSegmentGranularity = 2ull << 20;
+  // The header page in front of the address space (see the layout above).
+  static constexpr uint64_t kHeaderBytes = 4096;
+
+ private:
+  // Puts [offset, offset + length) back into free_ranges_, merged with adjacent free ranges.
+  // Requires mutex_.
+  void return_range_locked(uint64_t offset, uint64_t length);
+
+  const int device_;
+  uint64_t capacity_ = 0;
+  int fd_ = -1;           // owned memfd; closed by the destructor
+  char* base_ = nullptr;  // owned mapping starts at base_ - kHeaderBytes
+  uint64_t token_ = 0;
+  mutable std::mutex mutex_;                  // guards the three members below
+  std::map<uint64_t, uint64_t> free_ranges_;  // offset -> length, coalesced
+  std::map<uint64_t, uint64_t> segments_;     // offset -> rounded length, handed out
+  uint64_t committed_ = 0;
+};
+
+// A peer's arena mapped into this process, read-write. Owns the fd and the mapping.
+// Immutable after open(), so any thread may use it.
+class ArenaMapping {
+ public:
+  // Maps the arena described by `handle` (pidfd_open + pidfd_getfd + mmap); verifies size and
+  // token. Throws SystemError / RemoteError naming the pid when the peer is gone or unreachable.
+  static std::shared_ptr<ArenaMapping> open(const ArenaHandle& handle);
+  ~ArenaMapping();
+  ArenaMapping(const ArenaMapping&) = delete;
+  ArenaMapping& operator=(const ArenaMapping&) = delete;
+
+  char* base() const { return base_; }
+  uint64_t capacity() const { return capacity_; }
+  const ArenaHandle& handle() const { return handle_; }
+
+ private:
+  ArenaMapping() = default;
+  ArenaHandle handle_{};
+  int fd_ = -1;           // owned; our copy of the peer's memfd
+  char* base_ = nullptr;  // owned mapping starts at base_ - Arena::kHeaderBytes
+  uint64_t capacity_ = 0;
+};
+
+// "512 bytes", "64.00 KiB", "2.00 MiB", "16.00 GiB": sizes as memory errors print them.
+std::string format_bytes(uint64_t bytes);
+
+}  // namespace shmccl::device

@@ -1,0 +1,197 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// Process-wide device state and the npu:: functions that are about devices rather than one stream.
+#include "device/device_context.h"
+
+#include <pthread.h>
+
+#include <array>
+#include <atomic>
+#include <mutex>
+#include <vector>
+
+#include "core/check.h"
+#include "core/config.h"
+#include "core/logging.h"
+#include "shmccl/npu.hpp"
+
+namespace shmccl::device {
+namespace {
+
+constexpr int kMaxDevices = 64;
+
+// The state of one device, created on first use and never destroyed: tensors and streams may
+// outlive static destruction at exit, so their allocator must too.
+struct DeviceState {
+  std::once_flag created;
+  std::atomic<bool> ready{false};  // set (release) once arena and allocator exist
+  std::unique_ptr<Arena> arena;
+  std::unique_ptr<CachingAllocator> allocator;
+  std::shared_ptr<npu::detail::StreamImpl> default_stream;
+  std::mutex streams_mutex;
+  std::vector<std::weak_ptr<npu::detail::StreamImpl>> streams;  // every stream, for synchronize
+};
+
+struct ProcessState {
+  std::array<DeviceState, kMaxDevices> devices;
+  std::atomic<uint64_t> next_stream_id{1};
+};
+
+std::atomic<ProcessState*> g_state{nullptr};
+
+ProcessState& process_state() {
+  ProcessState* state = g_state.load(std::memory_order_acquire);
+  if (state != nullptr) return *state;
+  auto* fresh = new ProcessState();  // deliberately never freed, see DeviceState
+  if (g_state.compare_exchange_strong(state, fresh, std::memory_order_acq_rel)) {
+    // A forked child must not use its parent's worker threads or allocator locks: give it a
+    // fresh state (the parent's stays mapped but unused).
+    static std::once_flag atfork_once;
+    std::call_once(atfork_once, [] {
+      pthread_atfork(nullptr, nullptr, [] { g_state.store(nullptr, std::memory_order_release); });
+    });
+    return *fresh;
+  }
+  delete fresh;
+  return *state;
+}
+
+thread_local int t_current_device = 0;
+// The calling thread's current stream per device; empty means the default stream.
+thread_local std::array<std::shared_ptr<npu::detail::StreamImpl>, kMaxDevices> t_current_streams;
+thread_local ProcessState* t_streams_owner = nullptr;  // t_current_streams belong to this state
+
+DeviceState& device_state(int device) {
+  ProcessState& state = process_state();
+  DeviceState& entry = state.devices[static_cast<size_t>(device)];
+  std::call_once(entry.created, [&] {
+    const uint64_t capacity = config::get_bytes("SHMCCL_NPU_MEMORY");
+    entry.arena = std::make_unique<Arena>(device, capacity);
+    entry.allocator = std::make_unique<CachingAllocator>(
+        *entry.arena, config::get_bool("SHMCCL_NPU_CACHING_ALLOCATOR"));
+    entry.default_stream = std::make_shared<npu::detail::StreamImpl>(
+        device, state.next_stream_id.fetch_add(1, std::memory_order_relaxed));
+    entry.streams.push_back(entry.default_stream);
+    entry.ready.store(true, std::memory_order_release);
+    SHMCCL_INFO(kDevice, "npu:", device, " created: arena of ", capacity, " bytes");
+  });
+  return entry;
+}
+
+std::shared_ptr<npu::detail::StreamImpl>& thread_stream_slot(int device) {
+  ProcessState* state = &process_state();
+  if (t_streams_owner != state) {
+    t_current_streams = {};
+    t_streams_owner = state;
+  }
+  return t_current_streams[static_cast<size_t>(device)];
+}
+
+}  // namespace
+
+int resolve_device(int device) {
+  const int resolved = device == -1 ? t_current_device : device;
+  const int count = npu::device_count();
+  SHMCCL_CHECK_ARG(resolved >= 0 && resolved < count, "invalid NPU device ", resolved, ": ", count,
+                   " devices are available (SHMCCL_NPU_DEVICE_COUNT)");
+  return resolved;
+}
+
+std::shared_ptr<npu::detail::StreamImpl> new_stream(int device) {
+  const int resolved = resolve_device(device);
+  DeviceState& entry = device_state(resolved);
+  auto stream = std::make_shared<npu::detail::StreamImpl>(
+      resolved, process_state().next_stream_id.fetch_add(1, std::memory_order_relaxed));
+  std::lock_guard<std::mutex> lock(entry.streams_mutex);
+  std::erase_if(entry.streams, [](const auto& weak) { return weak.expired(); });
+  entry.streams.push_back(stream);
+  return stream;
+}
+
+Arena& arena(int device) { return *device_state(resolve_device(device)).arena; }
+
+CachingAllocator& allocator(int device) { return *device_state(resolve_device(device)).allocator; }
+
+int device_of_pointer(const void* pointer) {
+  ProcessState& state = process_state();
+  for (int device = 0; device < kMaxDevices; ++device) {
+    DeviceState& entry = state.devices[static_cast<size_t>(device)];
+    // Only devices already created can own memory.
+    if (entry.ready.load(std::memory_order_acquire) && entry.arena->contains(pointer)) {
+      return device;
+    }
+  }
+  return -1;
+}
+
+}  // namespace shmccl::device
+
+namespace shmccl::npu {
+
+int device_count() {
+  const int64_t count = config::get_int("SHMCCL_NPU_DEVICE_COUNT");
+  if (count < 1 || count > device::kMaxDevices) {
+    SHMCCL_WARN(kDevice, "SHMCCL_NPU_DEVICE_COUNT=", count, " is out of range [1, ",
+                device::kMaxDevices, "]; using 8");
+    return 8;
+  }
+  return static_cast<int>(count);
+}
+
+void set_device(int device) {
+  SHMCCL_CHECK_ARG(device >= 0, "invalid NPU device ", device, ": must be >= 0");
+  device::t_current_device = device::resolve_device(device);
+}
+
+int current_device() { return device::t_current_device; }
+
+Stream default_stream(int device) {
+  return Stream(device::device_state(device::resolve_device(device)).default_stream);
+}
+
+Stream current_stream(int device) {
+  const int resolved = device::resolve_device(device);
+  auto& slot = device::thread_stream_slot(resolved);
+  if (slot) return Stream(slot);
+  return Stream(device::device_state(resolved).default_stream);
+}
+
+void set_stream(const Stream& stream) {
+  SHMCCL_CHECK_ARG(stream.impl() != nullptr, "set_stream() of an empty stream");
+  device::thread_stream_slot(stream.device()) = stream.impl();
+}
+
+StreamGuard::StreamGuard(const Stream& stream) : previous_(current_stream(stream.device())) {
+  set_stream(stream);
+}
+
+StreamGuard::~StreamGuard() { device::thread_stream_slot(previous_.device()) = previous_.impl(); }
+
+void synchronize(int device) {
+  const int resolved = device::resolve_device(device);
+  device::DeviceState& entry = device::device_state(resolved);
+  std::vector<std::shared_ptr<detail::StreamImpl>> streams;
+  {
+    std::lock_guard<std::mutex> lock(entry.streams_mutex);
+    for (const auto& weak : entry.streams) {
+      if (auto stream = weak.lock()) streams.push_back(std::move(stream));
+    }
+  }
+  for (const auto& stream : streams) stream->synchronize();
+}
+
+MemoryStats memory_stats(int device) { return device::allocator(device).stats(); }
+uint64_t memory_allocated(int device) { return memory_stats(device).allocated_bytes; }
+uint64_t memory_reserved(int device) { return memory_stats(device).reserved_bytes; }
+uint64_t max_memory_allocated(int device) { return memory_stats(device).max_allocated_bytes; }
+uint64_t max_memory_reserved(int device) { return memory_stats(device).max_reserved_bytes; }
+void reset_peak_memory_stats(int device) { device::allocator(device).reset_peak_stats(); }
+
+void empty_cache() {
+  device::ProcessState& state = device::process_state();
+  for (device::DeviceState& entry : state.devices) {
+    if (entry.ready.load(std::memory_order_acquire)) entry.allocator->empty_cache();
+  }
+}
+
+}  // namespace shmccl::npu

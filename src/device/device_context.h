@@ -1,0 +1,29 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// Per-process state of the simulated devices: for each device, its arena, caching allocator and
+// default stream, created on first use; per thread, the current device and current streams.
+// Thread-safe.
+#pragma once
+
+#include <memory>
+
+#include "device/arena.h"
+#include "device/caching_allocator.h"
+#include "device/stream_impl.h"
+
+namespace shmccl::device {
+
+// `device` itself, or the current device when it is -1; InvalidArgument when out of range.
+int resolve_device(int device);
+
+// A new stream on `device` (-1: current) with a process-unique id.
+std::shared_ptr<npu::detail::StreamImpl> new_stream(int device);
+
+// The arena and allocator of `device` (-1: current), created on first use.
+Arena& arena(int device);
+CachingAllocator& allocator(int device);
+
+// The device whose arena contains `pointer`, or -1 for host memory.
+int device_of_pointer(const void* pointer);
+
+}  // namespace shmccl::device

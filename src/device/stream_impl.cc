@@ -1,0 +1,399 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// StreamImpl: one mutex-guarded deque per stream and one worker thread draining it in order.
+// Tasks complete in order, so two counters (enqueued, completed) say everything a synchronizer
+// needs: "all work queued so far" is "completed reaches the enqueued count read now".
+#include "device/stream_impl.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <utility>
+
+#include "core/check.h"
+#include "core/logging.h"
+
+namespace shmccl::npu::detail {
+namespace {
+
+// Bumped in the child after fork(): streams created before it have no worker thread there and
+// their locks may be held by parent threads that do not exist. Relaxed is enough: the handler runs
+// on the only thread of the child before fork() returns, and threads the child starts later
+// synchronize with it through their creation.
+std::atomic<uint64_t> g_fork_generation{0};
+
+uint64_t fork_generation() {
+  static const bool registered = [] {
+    pthread_atfork(nullptr, nullptr,
+                   [] { g_fork_generation.fetch_add(1, std::memory_order_relaxed); });
+    return true;
+  }();
+  (void)registered;
+  return g_fork_generation.load(std::memory_order_relaxed);
+}
+
+// The stream (its State) whose task the calling thread is running, if any: a worker sets it once
+// for its whole life, run_sync around an inline task. Lets run_sync nest and synchronize refuse
+// to wait for itself.
+thread_local const void* t_running_stream = nullptr;
+
+int64_t spin_ns() {
+  static const int64_t value = [] {
+    const char* text = std::getenv("SPIN_WORKER_NS");
+    return text ? std::atoll(text) : 0;
+  }();
+  return value;
+}
+int64_t spin_sync_ns() {
+  static const int64_t value = [] {
+    const char* text = std::getenv("SPIN_SYNC_NS");
+    return text ? std::atoll(text) : 0;
+  }();
+  return value;
+}
+
+// Spins until `done()` or `budget_ns` passed; true when done.
+template <typename Done>
+bool spin_until(Done done, int64_t budget_ns) {
+  if (budget_ns <= 0) return false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(budget_ns);
+  for (;;) {
+    for (int i = 0; i < 32; ++i) {
+      if (done()) return true;
+      __builtin_ia32_pause();
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return done();
+  }
+}
+
+std::string describe(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "a non-std::exception";
+  }
+}
+
+// Requires event.mutex held. Completes `generation`; only the latest one sets the event's public
+// state (an older marker finishing late must not mark a newer record completed).
+void complete_generation_locked(EventState& event, uint64_t generation,
+                                const std::exception_ptr& stream_error) {
+  std::erase(event.pending_generations, generation);
+  if (generation != event.record_generation) return;
+  event.completed = true;
+  event.error = stream_error;
+  if (event.enable_timing) event.completed_at = std::chrono::steady_clock::now();
+}
+
+}  // namespace
+
+bool generation_completed_locked(const EventState& event, uint64_t generation) {
+  return std::find(event.pending_generations.begin(), event.pending_generations.end(),
+                   generation) == event.pending_generations.end();
+}
+
+void wait_event_completed(EventState& event) {
+  std::unique_lock<std::mutex> lock(event.mutex);
+  const uint64_t generation = event.record_generation;
+  event.completed_cv.wait(lock, [&] { return generation_completed_locked(event, generation); });
+}
+
+StreamImpl::State::State(int device_index, uint64_t stream_id)
+    : device(device_index), id(stream_id), fork_generation(detail::fork_generation()) {}
+
+StreamImpl::StreamImpl(int device, uint64_t id)
+    : device_(device), id_(id), state_(std::make_shared<State>(device, id)) {}
+
+StreamImpl::~StreamImpl() {
+  State& s = *state_;
+  // In a forked child the worker does not exist: joining would hang. Its State stays referenced
+  // by the parent's worker closure, so nothing here is freed either.
+  if (s.fork_generation != g_fork_generation.load(std::memory_order_relaxed)) return;
+
+  std::thread worker;
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.stop = true;
+    worker = std::move(s.worker);
+    wake = std::exchange(s.worker_sleeping, false);
+  }
+  if (wake) s.work_cv.notify_one();
+  if (!worker.joinable()) return;  // never enqueued to: nothing can be pending
+  if (worker.get_id() == std::this_thread::get_id()) {
+    // A task of this stream dropped its last handle. The worker keeps the State alive and
+    // drains the rest of the queue once this task returns.
+    worker.detach();
+    return;
+  }
+  worker.join();
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    error = std::move(s.error);
+  }
+  if (error) {
+    SHMCCL_WARN(kDevice, "npu:", device_, " stream ", id_,
+                " destroyed with an error no synchronize() saw: ", describe(error));
+  }
+}
+
+void StreamImpl::check_usable() const {
+  SHMCCL_CHECK_ARG(state_->fork_generation == g_fork_generation.load(std::memory_order_relaxed),
+                   "npu:", device_, " stream ", id_,
+                   " was created before fork() and cannot be used in the child process");
+}
+
+void StreamImpl::worker_loop(const std::shared_ptr<State>& state) {
+  State& s = *state;
+  char name[16];
+  std::snprintf(name, sizeof(name), "npu%d:s%llu", s.device, static_cast<unsigned long long>(s.id));
+  pthread_setname_np(pthread_self(), name);
+  t_running_stream = &s;
+
+  std::unique_lock<std::mutex> lock(s.mutex);
+  bool spun = false;
+  for (;;) {
+    if (s.queue.empty() || s.running_inline) {
+      if (s.stop && s.queue.empty()) return;
+      if (!spun && spin_ns() > 0 && !s.running_inline && !s.stop) {
+        const uint64_t seen = s.enqueued;
+        lock.unlock();
+        spin_until([&] { return s.enqueued_hint.load(std::memory_order_relaxed) != seen; },
+                   spin_ns());
+        lock.lock();
+        spun = true;
+        continue;  // re-check the queue under the lock
+      }
+      s.worker_sleeping = true;
+      s.work_cv.wait(lock);
+      s.worker_sleeping = false;
+      spun = false;
+      continue;
+    }
+    spun = false;
+    std::function<void()> task = std::move(s.queue.front());
+    s.queue.pop_front();
+    lock.unlock();
+    std::exception_ptr error;
+    try {
+      task();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    // Release the captures before completing the task and without the lock: they may hold the
+    // last handle of this very stream (see ~StreamImpl), and a synchronizer that returns should
+    // find them released.
+    task = nullptr;
+    lock.lock();
+    if (error && !s.error) s.error = std::move(error);
+    ++s.completed;
+    s.completed_hint.store(s.completed, std::memory_order_relaxed);
+    if (s.sync_waiters > 0) {
+      lock.unlock();
+      s.done_cv.notify_all();
+      lock.lock();
+    }
+  }
+}
+
+bool StreamImpl::push_locked(std::function<void()> task) {
+  State& s = *state_;
+  // Not after stop: a task draining during destruction may still enqueue, and the worker that
+  // is draining runs it; a new worker would outlive the stream.
+  if (!s.worker.joinable() && !s.stop) {
+    s.worker = std::thread([state = state_] { worker_loop(state); });
+  }
+  s.queue.push_back(std::move(task));
+  ++s.enqueued;
+  s.enqueued_hint.store(s.enqueued, std::memory_order_relaxed);
+  // While a task runs inline the worker must not start this one; run_sync wakes it afterwards.
+  if (s.worker_sleeping && !s.running_inline) {
+    s.worker_sleeping = false;
+    return true;
+  }
+  return false;
+}
+
+bool StreamImpl::wait_completed_locked(std::unique_lock<std::mutex>& lock, uint64_t target,
+                                       std::chrono::steady_clock::time_point deadline) {
+  State& s = *state_;
+  if (s.completed >= target) return true;
+  if (spin_sync_ns() > 0) {
+    lock.unlock();
+    spin_until([&] { return s.completed_hint.load(std::memory_order_relaxed) >= target; },
+               spin_sync_ns());
+    lock.lock();
+    if (s.completed >= target) return true;
+  }
+  ++s.sync_waiters;
+  const auto done = [&] { return s.completed >= target; };
+  bool finished = true;
+  if (deadline == std::chrono::steady_clock::time_point::max()) {
+    s.done_cv.wait(lock, done);
+  } else {
+    finished = s.done_cv.wait_until(lock, deadline, done);
+  }
+  --s.sync_waiters;
+  return finished;
+}
+
+void StreamImpl::enqueue(std::function<void()> task) {
+  check_usable();
+  State& s = *state_;
+  std::unique_lock<std::mutex> lock(s.mutex);
+  const bool wake = push_locked(std::move(task));
+  lock.unlock();
+  if (wake) s.work_cv.notify_one();
+}
+
+void StreamImpl::run_sync(const std::function<void()>& task) {
+  State& s = *state_;
+  if (t_running_stream == &s) {  // inside one of our own tasks: this is already stream order
+    task();
+    return;
+  }
+  check_usable();
+  std::unique_lock<std::mutex> lock(s.mutex);
+  std::exception_ptr error;
+  if (s.enqueued == s.completed) {
+    // Idle: run here. Counting the task as enqueued keeps the stream busy, so synchronizers wait
+    // for it and tasks queued meanwhile stay behind it (the worker skips them while
+    // running_inline is set).
+    s.running_inline = true;
+    ++s.enqueued;
+    lock.unlock();
+    const void* outer = std::exchange(t_running_stream, &s);
+    try {
+      task();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    t_running_stream = outer;
+    lock.lock();
+    s.running_inline = false;
+    ++s.completed;
+    s.completed_hint.store(s.completed, std::memory_order_relaxed);
+    const bool wake_worker = !s.queue.empty() && std::exchange(s.worker_sleeping, false);
+    const bool wake_waiters = s.sync_waiters > 0;
+    lock.unlock();
+    if (wake_worker) s.work_cv.notify_one();
+    if (wake_waiters) s.done_cv.notify_all();
+  } else {
+    // `task` and `error` outlive the wrapper: we wait for it below. The worker writes `error`
+    // before it takes the mutex to count the task completed; we read it after seeing that count
+    // under the same mutex, so the write happens-before the read.
+    const bool wake = push_locked([&task, &error] {
+      try {
+        task();
+      } catch (...) {
+        error = std::current_exception();
+      }
+    });
+    const uint64_t ticket = s.enqueued;
+    if (wake) {
+      lock.unlock();
+      s.work_cv.notify_one();
+      lock.lock();
+    }
+    wait_completed_locked(lock, ticket, std::chrono::steady_clock::time_point::max());
+    lock.unlock();
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+bool StreamImpl::idle() const {
+  check_usable();
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->enqueued == state_->completed;
+}
+
+uint64_t StreamImpl::pending() const {
+  check_usable();
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->enqueued - state_->completed;
+}
+
+void StreamImpl::synchronize() {
+  synchronize_for(std::chrono::nanoseconds::max());
+}
+
+bool StreamImpl::synchronize_for(std::chrono::nanoseconds timeout) {
+  State& s = *state_;
+  SHMCCL_CHECK_ARG(t_running_stream != &s, "npu:", device_, " stream ", id_,
+                   " synchronize() called from one of its own tasks: it would wait for itself");
+  check_usable();
+  const auto now = std::chrono::steady_clock::now();
+  const auto deadline = timeout >= std::chrono::steady_clock::time_point::max() - now
+                            ? std::chrono::steady_clock::time_point::max()
+                            : now + timeout;
+  std::unique_lock<std::mutex> lock(s.mutex);
+  const bool finished = wait_completed_locked(lock, s.enqueued, deadline);
+  std::exception_ptr error = std::exchange(s.error, nullptr);
+  lock.unlock();
+  if (error) std::rethrow_exception(error);
+  return finished;
+}
+
+void StreamImpl::record(const std::shared_ptr<EventState>& event) {
+  check_usable();
+  State& s = *state_;
+  std::unique_lock<std::mutex> lock(s.mutex);
+  uint64_t generation = 0;
+  {
+    // Under the stream lock: the new generation becomes visible to wait() only together with
+    // its marker's place in the queue, so no wait can be queued ahead of the marker it needs.
+    std::lock_guard<std::mutex> event_lock(event->mutex);
+    generation = ++event->record_generation;
+    event->recorded = true;
+    if (s.enqueued == s.completed) {
+      // Idle stream: the marker would be next and run at once. Complete it here. No one can be
+      // waiting for a generation that did not exist until now, so there is no one to notify.
+      complete_generation_locked(*event, generation, s.error);
+      return;
+    }
+    event->completed = false;
+    event->error = nullptr;
+    event->pending_generations.push_back(generation);
+  }
+  // `raw` stays valid while the marker runs: only the worker runs it, and the worker holds a
+  // reference to the State.
+  State* raw = &s;
+  const bool wake = push_locked([raw, event, generation] {
+    std::exception_ptr stream_error;
+    {
+      std::lock_guard<std::mutex> stream_lock(raw->mutex);
+      stream_error = raw->error;  // work queued before the record failed
+    }
+    {
+      std::lock_guard<std::mutex> event_lock(event->mutex);
+      complete_generation_locked(*event, generation, stream_error);
+    }
+    event->completed_cv.notify_all();
+  });
+  lock.unlock();
+  if (wake) s.work_cv.notify_one();
+}
+
+void StreamImpl::wait(const std::shared_ptr<EventState>& event) {
+  check_usable();
+  uint64_t generation = 0;
+  {
+    std::lock_guard<std::mutex> event_lock(event->mutex);
+    generation = event->record_generation;
+    if (generation_completed_locked(*event, generation)) return;  // nothing to wait for
+  }
+  enqueue([event, generation] {
+    std::unique_lock<std::mutex> event_lock(event->mutex);
+    event->completed_cv.wait(event_lock,
+                             [&] { return generation_completed_locked(*event, generation); });
+  });
+}
+
+}  // namespace shmccl::npu::detail

@@ -1,0 +1,140 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// The engine behind npu::Stream and npu::Event: an in-order task queue per stream, run by one
+// worker thread started on first use. Thread-safe: any thread may enqueue, query or synchronize.
+//
+// Lock order: a stream's State::mutex before an EventState::mutex (record() holds both so that an
+// event generation is never visible before its marker is queued). No lock is held while a task
+// runs, so tasks may freely use other streams, events and even their own stream (run_sync nests).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace shmccl::npu::detail {
+
+// Completion state of one event, shared by the Event handles, the marker tasks that complete its
+// records and the wait tasks that block on them. Every field is guarded by `mutex`, except
+// enable_timing, which is set before the state is shared and never changes.
+//
+// Each record() takes a new generation. A marker completes only its own generation, and a wait
+// blocks only until the generation it captured has completed, so re-recording the event (even on
+// another stream, whose marker may complete first or later) never affects an earlier wait.
+struct EventState {
+  bool enable_timing = false;
+  std::mutex mutex;
+  std::condition_variable completed_cv;  // notified (all) whenever a marker completes
+  uint64_t record_generation = 0;        // bumped by each record(); 0 = never recorded
+  bool recorded = false;                 // recorded at least once
+  bool completed = true;                 // the latest generation completed; never-recorded: true
+  // Generations recorded but whose marker has not run yet, usually zero or one entry (more only
+  // when the event is re-recorded before an earlier record completed).
+  std::vector<uint64_t> pending_generations;
+  // When the latest generation completed (set only with enable_timing).
+  std::chrono::steady_clock::time_point completed_at{};
+  // The error the recording stream had stored when the latest generation completed: work queued
+  // before the record failed. Event::synchronize rethrows it (it stays stored in the stream too).
+  std::exception_ptr error;
+};
+
+// True when generation `generation` of `event` has completed. Requires event.mutex held.
+bool generation_completed_locked(const EventState& event, uint64_t generation);
+
+class StreamImpl {
+ public:
+  StreamImpl(int device, uint64_t id);
+  // Waits for queued work to finish, then stops the worker. When the last handle is dropped by
+  // one of the stream's own tasks (on its worker thread) the worker is detached instead and
+  // drains the queue on its own. In a forked child, a stream of the parent is dropped without
+  // waiting (its worker does not exist there).
+  ~StreamImpl();
+  StreamImpl(const StreamImpl&) = delete;
+  StreamImpl& operator=(const StreamImpl&) = delete;
+
+  int device() const { return device_; }
+  uint64_t id() const { return id_; }
+
+  // Queues `task`; tasks run in order on the worker thread. An exception a task throws is kept
+  // (the first one) and rethrown by the next synchronize(); later tasks still run. Never waits
+  // for running work.
+  void enqueue(std::function<void()> task);
+
+  // Runs `task` in stream order and returns when it is done, rethrowing its exception. When the
+  // stream is idle the task runs on the calling thread (no hand-off) while the stream counts as
+  // busy, so work queued meanwhile runs after it; otherwise it is queued and waited for. Called
+  // from a task of this stream it runs the task at once (it is already in order). Errors stored
+  // by earlier tasks stay stored (they surface at synchronize()).
+  void run_sync(const std::function<void()>& task);
+
+  // True when nothing is queued or running. Never waits for work.
+  bool idle() const;
+  // Tasks accepted but not finished: queued, running on the worker or running inline.
+  uint64_t pending() const;
+  // Waits until everything queued so far has run; rethrows (and clears) the stored error.
+  // InvalidArgument when called from a task of this stream (it would wait for itself).
+  void synchronize();
+  // Like synchronize() but with a deadline: false on timeout. A stored error is rethrown (and
+  // cleared) whether or not the deadline passed.
+  bool synchronize_for(std::chrono::nanoseconds timeout);
+
+  // Queues the completion of `event` (its record()). On an idle stream the event completes at
+  // once, without a hand-off.
+  void record(const std::shared_ptr<EventState>& event);
+  // Queues a wait: later tasks start only once `event`'s current record has completed. Nothing
+  // is queued when that record has already completed (or the event was never recorded).
+  void wait(const std::shared_ptr<EventState>& event);
+
+ private:
+  // Everything the worker thread touches. The worker holds its own reference, so the State
+  // outlives the StreamImpl when the worker is detached (see ~StreamImpl). All fields are guarded
+  // by `mutex` except the const ones.
+  struct State {
+    State(int device, uint64_t id);
+
+    const int device;
+    const uint64_t id;
+    const uint64_t fork_generation;  // of the process that created the stream
+
+    std::mutex mutex;
+    std::condition_variable work_cv;  // worker: new task or stop
+    std::condition_variable done_cv;  // synchronizers: `completed` advanced
+    std::deque<std::function<void()>> queue;
+    uint64_t enqueued = 0;         // tasks ever accepted (queued or run inline)
+    uint64_t completed = 0;        // tasks finished; tasks finish in order, so <= enqueued
+    uint32_t sync_waiters = 0;     // threads blocked on done_cv
+    bool worker_sleeping = false;  // worker blocked on work_cv and not yet notified
+    bool running_inline = false;   // run_sync is running a task on its caller's thread
+    bool stop = false;
+    std::exception_ptr error;  // first error of an enqueued task since the last synchronize
+    std::thread worker;
+    // Mirrors of `enqueued` and `completed` for spinning without the lock (see spin_until).
+    std::atomic<uint64_t> enqueued_hint{0};
+    std::atomic<uint64_t> completed_hint{0};
+  };
+
+  static void worker_loop(const std::shared_ptr<State>& state);
+  void check_usable() const;
+  // Queues `task` and returns whether the worker needs a notify (done after unlocking).
+  bool push_locked(std::function<void()> task);
+  // Waits until state_->completed reaches `target` or `deadline`; false on timeout.
+  bool wait_completed_locked(std::unique_lock<std::mutex>& lock, uint64_t target,
+                             std::chrono::steady_clock::time_point deadline);
+
+  const int device_;
+  const uint64_t id_;
+  const std::shared_ptr<State> state_;
+};
+
+// Blocks until `event`'s latest record (at the time of the call) has completed.
+void wait_event_completed(EventState& event);
+
+}  // namespace shmccl::npu::detail

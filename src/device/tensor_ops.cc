@@ -1,0 +1,332 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// Tensor operations that touch memory: allocation, factories, copies between devices and dtypes,
+// fills and element-wise arithmetic. Host tensors are processed at once; NPU tensors on the
+// current stream of their device. Every queued task holds the storages it uses, so memory freed by
+// the user stays alive until the task has run.
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/check.h"
+#include "device/device_context.h"
+#include "device/kernels.h"
+#include "device/tensor_memory.h"
+
+namespace shmccl {
+namespace device {
+namespace {
+
+void free_host(void* data, void* /*context*/) { std::free(data); }
+
+void free_device(void* data, void* context) {
+  static_cast<CachingAllocator*>(context)->free(data);
+}
+
+npu::detail::StreamImpl& current_stream_impl(int device) {
+  return *npu::current_stream(device).impl();
+}
+
+}  // namespace
+
+std::shared_ptr<detail::Storage> allocate_storage(size_t nbytes, Device device) {
+  if (device.is_cpu()) {
+    constexpr size_t kAlignment = 64;
+    const size_t rounded = (std::max<size_t>(nbytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
+    void* data = std::aligned_alloc(kAlignment, rounded);
+    if (data == nullptr) {
+      throw OutOfMemoryError(detail::concat("host out of memory: tried to allocate ", nbytes,
+                                            " bytes"));
+    }
+    return std::make_shared<detail::Storage>(data, nbytes, Device::cpu(), &free_host, nullptr);
+  }
+  const int index = resolve_device(device.index);
+  CachingAllocator& device_allocator = allocator(index);
+  void* data = device_allocator.allocate(nbytes);
+  return std::make_shared<detail::Storage>(data, nbytes, Device::npu(index), &free_device,
+                                           &device_allocator);
+}
+
+void launch(const Device& device, std::function<void()> work) {
+  if (device.is_cpu()) {
+    work();
+  } else {
+    current_stream_impl(device.index).enqueue(std::move(work));
+  }
+}
+
+void run_ordered(const Device& device, const std::function<void()>& work) {
+  if (device.is_cpu()) {
+    work();
+  } else {
+    current_stream_impl(device.index).run_sync(work);
+  }
+}
+
+}  // namespace device
+
+namespace {
+
+Device resolved(Device device) {
+  if (device.is_npu()) device.index = device::resolve_device(device.index);
+  return device;
+}
+
+// Converts one double to the bytes of one element of `dtype`.
+void scalar_to_bytes(double value, ScalarType dtype, void* out) {
+  kernels::cast(out, dtype, &value, kFloat64, 1);
+}
+
+void check_same(const Tensor& a, const Tensor& b, const char* op) {
+  SHMCCL_CHECK_ARG(a.defined() && b.defined(), op, "() of an undefined tensor");
+  SHMCCL_CHECK_ARG(a.sizes() == b.sizes(), op, "() needs tensors of the same shape, got ",
+                   a.sizes(), " and ", b.sizes());
+  SHMCCL_CHECK_ARG(a.dtype() == b.dtype(), op, "() needs tensors of the same dtype, got ",
+                   a.dtype(), " and ", b.dtype());
+  SHMCCL_CHECK_ARG(a.device() == b.device(), op, "() needs tensors on the same device, got ",
+                   a.device(), " and ", b.device());
+}
+
+Tensor binary_op(kernels::BinaryOp op, const Tensor& a, const Tensor& b, const char* name) {
+  check_same(a, b, name);
+  Tensor out = empty(a.sizes(), a.dtype(), a.device());
+  device::launch(a.device(), [op, out, a, b] {
+    kernels::binary(op, a.dtype(), out.data_ptr(), a.data_ptr(), b.data_ptr(),
+                    static_cast<size_t>(a.numel()));
+  });
+  return out;
+}
+
+// splitmix64: a tiny generator whose output is the same on every platform (unlike <random>'s
+// distributions), so seeded tensors are reproducible everywhere.
+struct SplitMix64 {
+  uint64_t state;
+  uint64_t next() {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return static_cast<double>(next() >> 11) * 0x1p-53; }  // [0, 1)
+};
+
+Tensor from_doubles(const std::vector<double>& values, const IntArrayRef& shape, ScalarType dtype,
+                    Device device) {
+  Tensor host = empty(shape, dtype);
+  kernels::cast(host.data_ptr(), dtype, values.data(), kFloat64, values.size());
+  return host.to(device);
+}
+
+}  // namespace
+
+Tensor empty(const IntArrayRef& shape, ScalarType dtype, Device device) {
+  SHMCCL_CHECK_ARG(is_valid(dtype), "invalid dtype ", static_cast<int>(dtype));
+  int64_t numel = 1;
+  for (int64_t size : shape) {
+    SHMCCL_CHECK_ARG(size >= 0, "tensor sizes must be non-negative, got ", shape);
+    numel *= size;
+  }
+  auto storage =
+      device::allocate_storage(static_cast<size_t>(numel) * element_size(dtype), device);
+  return Tensor(std::move(storage), 0, shape, dtype);
+}
+
+Tensor full(const IntArrayRef& shape, double value, ScalarType dtype, Device device) {
+  Tensor out = empty(shape, dtype, device);
+  out.fill_(value);
+  return out;
+}
+
+Tensor zeros(const IntArrayRef& shape, ScalarType dtype, Device device) {
+  return full(shape, 0, dtype, device);
+}
+
+Tensor ones(const IntArrayRef& shape, ScalarType dtype, Device device) {
+  return full(shape, 1, dtype, device);
+}
+
+Tensor arange(int64_t n, ScalarType dtype, Device device) {
+  SHMCCL_CHECK_ARG(n >= 0, "arange(n) needs n >= 0, got ", n);
+  std::vector<int64_t> values(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) values[static_cast<size_t>(i)] = i;
+  Tensor host = empty({n}, dtype);
+  kernels::cast(host.data_ptr(), dtype, values.data(), kInt64, values.size());
+  return host.to(device);
+}
+
+Tensor rand(const IntArrayRef& shape, uint64_t seed, ScalarType dtype, double low, double high,
+            Device device) {
+  SHMCCL_CHECK_ARG(low <= high, "rand() needs low <= high, got ", low, " > ", high);
+  int64_t numel = 1;
+  for (int64_t size : shape) numel *= size;
+  SplitMix64 generator{seed};
+  std::vector<double> values(static_cast<size_t>(std::max<int64_t>(numel, 0)));
+  for (double& value : values) value = low + (high - low) * generator.uniform();
+  return from_doubles(values, shape, dtype, device);
+}
+
+Tensor randn(const IntArrayRef& shape, uint64_t seed, ScalarType dtype, double mean, double stddev,
+             Device device) {
+  int64_t numel = 1;
+  for (int64_t size : shape) numel *= size;
+  SplitMix64 generator{seed};
+  std::vector<double> values(static_cast<size_t>(std::max<int64_t>(numel, 0)));
+  for (size_t i = 0; i < values.size(); i += 2) {
+    // Box-Muller: two normals from two uniforms; 1 - u keeps the log's argument in (0, 1].
+    const double radius = std::sqrt(-2.0 * std::log(1.0 - generator.uniform()));
+    const double angle = 2.0 * M_PI * generator.uniform();
+    values[i] = mean + stddev * radius * std::cos(angle);
+    if (i + 1 < values.size()) values[i + 1] = mean + stddev * radius * std::sin(angle);
+  }
+  return from_doubles(values, shape, dtype, device);
+}
+
+Tensor from_blob_copy(const void* data, const IntArrayRef& shape, ScalarType dtype) {
+  Tensor out = empty(shape, dtype);
+  if (out.nbytes() > 0) std::memcpy(out.data_ptr(), data, out.nbytes());
+  return out;
+}
+
+Tensor from_vector(const std::vector<bool>& values, const IntArrayRef& shape) {
+  std::vector<uint8_t> bytes(values.begin(), values.end());
+  return from_blob_copy(bytes.data(),
+                        shape.empty() ? IntArrayRef{static_cast<int64_t>(values.size())} : shape,
+                        kBool);
+}
+
+Tensor& Tensor::copy_(const Tensor& source) {
+  SHMCCL_CHECK_ARG(defined() && source.defined(), "copy_() of an undefined tensor");
+  SHMCCL_CHECK_ARG(numel() == source.numel(), "copy_() needs the same number of elements, got ",
+                   numel(), " (shape ", sizes(), ") and ", source.numel(), " (shape ",
+                   source.sizes(), ")");
+  if (numel() == 0) return *this;
+  const Device to = device();
+  const Device from = source.device();
+  Tensor destination = *this;
+  auto work = [destination, source] {
+    if (destination.dtype() == source.dtype()) {
+      kernels::copy(destination.data_ptr(), source.data_ptr(), destination.nbytes());
+    } else {
+      kernels::cast(destination.data_ptr(), destination.dtype(), source.data_ptr(),
+                    source.dtype(), static_cast<size_t>(destination.numel()));
+    }
+  };
+  if (to.is_cpu() && from.is_cpu()) {
+    work();
+  } else if (to.is_cpu()) {
+    device::run_ordered(from, work);  // device -> host: synchronous, like torch's .cpu()
+  } else if (from.is_cpu()) {
+    device::run_ordered(to, work);  // host -> device: synchronous for pageable host memory
+  } else {
+    if (from.index != to.index) {
+      // Peer copy: the destination's stream must first reach the point where the source is ready.
+      npu::Event ready;
+      ready.record(npu::current_stream(from.index));
+      npu::current_stream(to.index).wait_event(ready);
+    }
+    device::launch(to, work);
+  }
+  return *this;
+}
+
+Tensor& Tensor::fill_(double value) {
+  SHMCCL_CHECK_ARG(defined(), "fill_() of an undefined tensor");
+  if (numel() == 0) return *this;
+  uint64_t bytes = 0;
+  scalar_to_bytes(value, dtype(), &bytes);
+  Tensor destination = *this;
+  device::launch(device(), [destination, bytes] {
+    kernels::fill(destination.data_ptr(), destination.dtype(),
+                  static_cast<size_t>(destination.numel()), &bytes);
+  });
+  return *this;
+}
+
+Tensor& Tensor::add_(const Tensor& other) {
+  check_same(*this, other, "add_");
+  Tensor destination = *this;
+  device::launch(device(), [destination, other] {
+    kernels::binary(kernels::BinaryOp::kAdd, destination.dtype(), destination.data_ptr(),
+                    destination.data_ptr(), other.data_ptr(),
+                    static_cast<size_t>(destination.numel()));
+  });
+  return *this;
+}
+
+Tensor& Tensor::mul_(const Tensor& other) {
+  check_same(*this, other, "mul_");
+  Tensor destination = *this;
+  device::launch(device(), [destination, other] {
+    kernels::binary(kernels::BinaryOp::kMul, destination.dtype(), destination.data_ptr(),
+                    destination.data_ptr(), other.data_ptr(),
+                    static_cast<size_t>(destination.numel()));
+  });
+  return *this;
+}
+
+Tensor Tensor::to(ScalarType dtype) const { return to(device(), dtype); }
+
+Tensor Tensor::to(const Device& device) const { return to(device, dtype()); }
+
+Tensor Tensor::to(const Device& target, ScalarType dtype) const {
+  SHMCCL_CHECK_ARG(defined(), "to() of an undefined tensor");
+  const Device destination_device = resolved(target);
+  if (destination_device == device() && dtype == this->dtype()) return *this;
+  Tensor out = empty(sizes(), dtype, destination_device);
+  out.copy_(*this);
+  return out;
+}
+
+Tensor Tensor::npu() const { return to(Device::npu(npu::current_device())); }
+
+Tensor Tensor::npu(int device) const { return to(Device::npu(device)); }
+
+Tensor Tensor::cpu() const { return to(Device::cpu()); }
+
+Tensor Tensor::clone() const {
+  SHMCCL_CHECK_ARG(defined(), "clone() of an undefined tensor");
+  Tensor out = empty(sizes(), dtype(), device());
+  out.copy_(*this);
+  return out;
+}
+
+void Tensor::copy_to_host(void* destination) const {
+  if (nbytes() == 0) return;
+  const Tensor source = *this;
+  device::run_ordered(device(), [&] { std::memcpy(destination, source.data_ptr(), nbytes()); });
+}
+
+double Tensor::item_as_double(int64_t flat_index) const {
+  SHMCCL_CHECK_ARG(flat_index >= 0 && flat_index < numel(), "element ", flat_index,
+                   " is out of range for a tensor of ", numel(), " elements");
+  uint64_t bytes = 0;
+  const size_t offset = static_cast<size_t>(flat_index) * element_size();
+  const Tensor source = *this;
+  device::run_ordered(device(), [&] {
+    std::memcpy(&bytes, static_cast<const char*>(source.data_ptr()) + offset, element_size());
+  });
+  double value = 0;
+  kernels::cast(&value, kFloat64, &bytes, dtype(), 1);
+  return value;
+}
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  return binary_op(kernels::BinaryOp::kAdd, a, b, "add");
+}
+Tensor sub(const Tensor& a, const Tensor& b) {
+  return binary_op(kernels::BinaryOp::kSub, a, b, "sub");
+}
+Tensor mul(const Tensor& a, const Tensor& b) {
+  return binary_op(kernels::BinaryOp::kMul, a, b, "mul");
+}
+Tensor div(const Tensor& a, const Tensor& b) {
+  return binary_op(kernels::BinaryOp::kDiv, a, b, "div");
+}
+Tensor maximum(const Tensor& a, const Tensor& b) {
+  return binary_op(kernels::BinaryOp::kMax, a, b, "maximum");
+}
+Tensor minimum(const Tensor& a, const Tensor& b) {
+  return binary_op(kernels::BinaryOp::kMin, a, b, "minimum");
+}
+
+}  // namespace shmccl

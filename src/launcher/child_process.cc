@@ -1,0 +1,184 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+#include "launcher/child_process.h"
+
+#include <fcntl.h>
+#include <linux/close_range.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+
+#include "core/check.h"
+
+namespace shmccl::launcher {
+namespace {
+
+// glibc 2.36 has no <sys/pidfd.h>; the syscalls exist since Linux 5.3.
+int pidfd_open(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
+int pidfd_send_signal(int pidfd, int signal_number) {
+  return static_cast<int>(syscall(SYS_pidfd_send_signal, pidfd, signal_number, nullptr, 0));
+}
+
+void write_stderr(const char* a, const char* b = "", const char* c = "") {
+  for (const char* part : {a, b, c}) {
+    [[maybe_unused]] ssize_t n = ::write(STDERR_FILENO, part, strlen(part));
+  }
+}
+
+std::vector<char*> c_strings(const std::vector<std::string>& strings) {
+  std::vector<char*> pointers;
+  pointers.reserve(strings.size() + 1);
+  for (const std::string& s : strings) pointers.push_back(const_cast<char*>(s.c_str()));
+  pointers.push_back(nullptr);
+  return pointers;
+}
+
+// The child's side of spawn(): only async-signal-safe calls, and it never returns.
+[[noreturn]] void exec_child(const SpawnRequest& request, pid_t parent, char* const* argv,
+                             char* const* envp) {
+  // Die with shmrun. Checking the parent afterwards closes the race with shmrun dying before
+  // the prctl: we would have been re-parented already and no signal would ever come.
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(125);
+
+  if (request.stdout_fd >= 0 && dup2(request.stdout_fd, STDOUT_FILENO) < 0) _exit(125);
+  if (request.stderr_fd >= 0 && dup2(request.stderr_fd, STDERR_FILENO) < 0) _exit(125);
+
+  // shmrun blocks its signals (they go to a signalfd) and ignores SIGPIPE; both would be
+  // inherited across exec.
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  signal(SIGPIPE, SIG_DFL);
+
+  // Like Python's subprocess (and so torchrun): no fd of shmrun's leaks into the program, except
+  // the one it must keep (the job's lock).
+  const int keep = request.keep_fd;
+  if (keep >= 0) {
+    if (keep > 3) close_range(3, static_cast<unsigned>(keep) - 1, CLOSE_RANGE_CLOEXEC);
+    close_range(static_cast<unsigned>(keep) + 1, UINT_MAX, CLOSE_RANGE_CLOEXEC);
+    const int flags = fcntl(keep, F_GETFD);
+    if (flags < 0 || fcntl(keep, F_SETFD, flags & ~FD_CLOEXEC) < 0) _exit(125);
+  } else {
+    close_range(3, UINT_MAX, CLOSE_RANGE_CLOEXEC);
+  }
+
+  if (request.before_exec) {
+    if (const char* error = request.before_exec(); error != nullptr) {
+      write_stderr("shmrun: ", error, "\n");
+      _exit(126);
+    }
+  }
+  execve(request.path.c_str(), argv, envp);
+  write_stderr("shmrun: cannot execute ", request.path.c_str(), ": ");
+  write_stderr(strerror(errno), "\n");
+  _exit(127);
+}
+
+bool is_executable_file(const std::string& path) {
+  struct stat info;
+  return stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode) && access(path.c_str(), X_OK) == 0;
+}
+
+}  // namespace
+
+std::string signal_name(int signal_number) {
+  const char* abbrev = sigabbrev_np(signal_number);
+  return abbrev != nullptr ? std::string("SIG") + abbrev : "SIG" + std::to_string(signal_number);
+}
+
+std::string ExitStatus::describe() const {
+  if (signaled) return "signal " + std::to_string(code) + " (" + signal_name(code) + ")";
+  return "exit code " + std::to_string(code);
+}
+
+ChildProcess ChildProcess::spawn(const SpawnRequest& request) {
+  // Everything the child needs is built before fork.
+  std::vector<char*> argv = c_strings(request.argv);
+  std::vector<char*> envp = c_strings(request.env);
+  const pid_t parent = getpid();
+
+  const pid_t pid = fork();
+  if (pid < 0) detail::throw_system_error("fork", errno);
+  if (pid == 0) exec_child(request, parent, argv.data(), envp.data());
+
+  // The child cannot be reaped before this returns, so its pid is still its own.
+  UniqueFd pidfd(pidfd_open(pid));
+  if (!pidfd) {
+    const int error = errno;
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    detail::throw_system_error("pidfd_open(" + std::to_string(pid) + ")", error);
+  }
+  return ChildProcess(pid, std::move(pidfd));
+}
+
+ChildProcess& ChildProcess::operator=(ChildProcess&& other) noexcept {
+  if (this != &other) {
+    kill_and_reap();
+    pid_ = std::exchange(other.pid_, -1);
+    pidfd_ = std::move(other.pidfd_);
+    status_ = std::exchange(other.status_, std::nullopt);
+  }
+  return *this;
+}
+
+ChildProcess::~ChildProcess() { kill_and_reap(); }
+
+void ChildProcess::kill_and_reap() noexcept {
+  if (!pidfd_ || status_) return;
+  pidfd_send_signal(pidfd_.get(), SIGKILL);
+  siginfo_t info{};
+  while (waitid(P_PIDFD, static_cast<id_t>(pidfd_.get()), &info, WEXITED) < 0 && errno == EINTR) {
+  }
+  status_ = ExitStatus{true, SIGKILL};
+}
+
+void ChildProcess::send_signal(int signal_number) {
+  if (!pidfd_ || status_) return;
+  if (pidfd_send_signal(pidfd_.get(), signal_number) < 0 && errno != ESRCH) {
+    detail::throw_system_error("pidfd_send_signal(" + std::to_string(pid_) + ", " +
+                                   signal_name(signal_number) + ")",
+                               errno);
+  }
+}
+
+bool ChildProcess::try_reap() {
+  if (status_) return true;
+  siginfo_t info{};
+  if (waitid(P_PIDFD, static_cast<id_t>(pidfd_.get()), &info, WEXITED | WNOHANG) < 0) {
+    detail::throw_system_error("waitid(" + std::to_string(pid_) + ")", errno);
+  }
+  if (info.si_pid == 0) return false;  // still running
+  status_ = info.si_code == CLD_EXITED ? ExitStatus{false, info.si_status}
+                                       : ExitStatus{true, info.si_status};
+  return true;
+}
+
+std::optional<std::string> resolve_program(const std::string& program) {
+  if (program.empty()) return std::nullopt;
+  if (program.find('/') != std::string::npos) {
+    if (is_executable_file(program)) return program;
+    return std::nullopt;
+  }
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    size_t end = dirs.find(':', start);
+    if (end == std::string::npos) end = dirs.size();
+    std::string dir = dirs.substr(start, end - start);
+    std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + program;
+    if (is_executable_file(candidate)) return candidate;
+    start = end + 1;
+  }
+  return std::nullopt;
+}
+
+}  // namespace shmccl::launcher

@@ -1,0 +1,83 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// ChildProcess: one forked and exec'd rank, owned through a pidfd. The child gets
+// PR_SET_PDEATHSIG(SIGKILL) (so it dies with shmrun even when shmrun is SIGKILLed), a clean
+// signal mask, every inherited fd closed at exec except stdin/stdout/stderr and the one fd it is
+// told to keep. The pidfd becomes readable when the child exits; signals go through the pidfd, so
+// they can never hit a recycled pid. The destructor SIGKILLs and reaps a child that was not
+// reaped: a ChildProcess never leaves an orphan or a zombie behind. Not thread-safe.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launcher/unique_fd.h"
+
+namespace shmccl::launcher {
+
+// How a process ended.
+struct ExitStatus {
+  bool signaled = false;
+  int code = 0;  // the exit code, or the signal number when `signaled`
+
+  bool success() const { return !signaled && code == 0; }
+  // The shell's convention: the exit code, or 128 + signal.
+  int shell_code() const { return signaled ? 128 + code : code; }
+  // "exit code 3" or "signal 9 (SIGKILL)".
+  std::string describe() const;
+};
+
+// "SIGKILL" for 9; "SIG42" for a number without a name.
+std::string signal_name(int signal_number);
+
+struct SpawnRequest {
+  std::string path;                // executable, already resolved (see resolve_program)
+  std::vector<std::string> argv;   // argv[0] included
+  std::vector<std::string> env;    // "NAME=value" entries: the child's whole environment
+  int stdout_fd = -1;              // becomes the child's fd 1 (-1: inherit shmrun's)
+  int stderr_fd = -1;              // becomes the child's fd 2 (-1: inherit shmrun's)
+  int keep_fd = -1;                // stays open, same number, across exec (-1: none)
+  // Runs in the child just before exec, after fork; must not allocate or take locks. Returns
+  // nullptr, or a message: then the child prints it and exits 126.
+  std::function<const char*()> before_exec;
+};
+
+class ChildProcess {
+ public:
+  // Forks and execs. Throws SystemError if fork or pidfd_open fails; a failed exec shows up
+  // as the child exiting 127 after printing why to its stderr.
+  static ChildProcess spawn(const SpawnRequest& request);
+
+  ChildProcess() = default;  // no process
+  ChildProcess(ChildProcess&&) noexcept = default;
+  ChildProcess& operator=(ChildProcess&&) noexcept;
+  ~ChildProcess();
+
+  pid_t pid() const { return pid_; }
+  int pidfd() const { return pidfd_.get(); }
+  bool reaped() const { return status_.has_value(); }
+  const std::optional<ExitStatus>& status() const { return status_; }
+
+  // Sends a signal unless the child was already reaped; ESRCH (already exiting) is not an error.
+  void send_signal(int signal_number);
+  // Collects the exit status if the child has exited (non-blocking); true once reaped.
+  bool try_reap();
+
+ private:
+  ChildProcess(pid_t pid, UniqueFd pidfd) : pid_(pid), pidfd_(std::move(pidfd)) {}
+  void kill_and_reap() noexcept;
+
+  pid_t pid_ = -1;
+  UniqueFd pidfd_;
+  std::optional<ExitStatus> status_;
+};
+
+// Finds `program` as execvp would (PATH search unless it contains a '/'); nullopt if there is no
+// such executable file.
+std::optional<std::string> resolve_program(const std::string& program);
+
+}  // namespace shmccl::launcher

@@ -1,0 +1,167 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+#include "launcher/launch_plan.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+
+#include "launcher/child_process.h"
+#include "launcher/job_namespace.h"
+#include "launcher/unique_fd.h"
+
+extern char** environ;
+
+namespace shmccl::launcher {
+namespace {
+
+constexpr int kDefaultMasterPort = 29500;
+
+// Every variable shmrun sets; inherited values of these are replaced, never duplicated.
+const std::set<std::string>& owned_variables() {
+  static const std::set<std::string> names = {
+      "RANK",           "LOCAL_RANK",         "WORLD_SIZE",       "LOCAL_WORLD_SIZE",
+      "GROUP_RANK",     "GROUP_WORLD_SIZE",   "ROLE_RANK",        "ROLE_WORLD_SIZE",
+      "ROLE_NAME",      "MASTER_ADDR",        "MASTER_PORT",      "TORCHELASTIC_RESTART_COUNT",
+      "TORCHELASTIC_MAX_RESTARTS",            "TORCHELASTIC_RUN_ID",
+      "SHMCCL_JOB_ID",  "SHMCCL_NAMESPACE",   "SHMCCL_LAUNCHER_PID", "SHMCCL_LOCK_FD"};
+  return names;
+}
+
+// A port nobody listens on right now (torchrun --standalone does the same).
+int free_port() {
+  UniqueFd socket_fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  if (!socket_fd || bind(socket_fd.get(), reinterpret_cast<sockaddr*>(&address), length) != 0 ||
+      getsockname(socket_fd.get(), reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    throw LaunchError(std::string("cannot find a free port: ") + std::strerror(errno), 1);
+  }
+  return ntohs(address.sin_port);
+}
+
+void make_directories(const std::string& path) {
+  for (size_t slash = path.find('/', 1);; slash = path.find('/', slash + 1)) {
+    const std::string prefix = path.substr(0, slash);
+    if (mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
+      throw LaunchError("cannot create log directory " + prefix + ": " + std::strerror(errno), 1);
+    }
+    if (slash == std::string::npos) return;
+  }
+}
+
+}  // namespace
+
+int usable_cpu_count() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  return online > 0 ? static_cast<int>(online) : 1;
+}
+
+LaunchPlan make_launch_plan(const Options& options, std::vector<std::string>* warnings) {
+  LaunchPlan plan;
+  plan.program = options.command.front();
+  auto resolved = resolve_program(plan.program);
+  if (!resolved) {
+    throw LaunchError("cannot find an executable '" + plan.program + "'" +
+                          (plan.program.find('/') == std::string::npos ? " in PATH" : ""),
+                      127);
+  }
+  plan.program_path = *resolved;
+  plan.argv = options.command;
+  for (char** entry = environ; *entry != nullptr; ++entry) plan.base_env.emplace_back(*entry);
+
+  plan.world_size = options.nproc_per_node > 0 ? options.nproc_per_node : usable_cpu_count();
+  plan.run_id = options.run_id ? *options.run_id : (options.standalone ? random_hex(16) : "none");
+  plan.master_addr = options.master_addr;
+  plan.master_port = options.master_port ? *options.master_port
+                                         : (options.standalone ? free_port() : kDefaultMasterPort);
+  plan.max_restarts = options.max_restarts;
+  plan.timeout = options.timeout;
+  plan.grace_period_s = options.grace_period_s;
+  plan.monitor_interval_s = options.monitor_interval_s;
+  plan.prefix = options.prefix;
+  plan.verbose = options.verbose;
+  if (const char* trace = std::getenv("SHMCCL_TRACE_FILE"); trace != nullptr) {
+    plan.trace_file = trace;
+  }
+
+  std::string warning;
+  const std::vector<Binding> bindings =
+      plan_bindings(options.numa, CpuTopology::detect(), plan.world_size, &warning);
+  if (!warning.empty() && warnings != nullptr) warnings->push_back(warning);
+
+  std::string log_dir = options.log_dir.value_or("");
+  for (int rank = 0; rank < plan.world_size; ++rank) {
+    RankPlan rank_plan;
+    rank_plan.rank = rank;
+    rank_plan.routing = route_output(options, rank);
+    rank_plan.binding = bindings[static_cast<size_t>(rank)];
+    if (rank_plan.routing.file != kNoStream && log_dir.empty()) {
+      // torchrun's behaviour: --redirects/--tee without --log-dir log to a temporary directory.
+      std::string temporary = "/tmp/shmrun-" + sanitize_run_id(plan.run_id) + "-XXXXXX";
+      if (mkdtemp(temporary.data()) == nullptr) {
+        throw LaunchError("cannot create a log directory in /tmp: " +
+                              std::string(std::strerror(errno)),
+                          1);
+      }
+      log_dir = temporary;
+      if (warnings != nullptr) warnings->push_back("rank logs are written to " + log_dir);
+    }
+    if (rank_plan.routing.file != kNoStream) {
+      rank_plan.log_file = log_dir + "/rank" + std::to_string(rank) + ".log";
+    }
+    plan.ranks.push_back(std::move(rank_plan));
+  }
+  if (options.log_dir) make_directories(*options.log_dir);
+  return plan;
+}
+
+std::vector<std::string> LaunchPlan::rank_env(int rank, int restart_count,
+                                              const std::string& job_namespace,
+                                              int lock_fd) const {
+  std::vector<std::string> env;
+  env.reserve(base_env.size() + 24);
+  const std::set<std::string>& owned = owned_variables();
+  for (const std::string& entry : base_env) {
+    const std::string name = entry.substr(0, entry.find('='));
+    if (owned.count(name) == 0 && !(timeout && name == "SHMCCL_TIMEOUT")) env.push_back(entry);
+  }
+  auto set = [&env](const char* name, const std::string& value) {
+    env.push_back(std::string(name) + "=" + value);
+  };
+  const std::string world = std::to_string(world_size);
+  set("RANK", std::to_string(rank));
+  set("LOCAL_RANK", std::to_string(rank));  // one node: local rank == rank
+  set("WORLD_SIZE", world);
+  set("LOCAL_WORLD_SIZE", world);
+  set("GROUP_RANK", "0");
+  set("GROUP_WORLD_SIZE", "1");
+  set("ROLE_RANK", std::to_string(rank));
+  set("ROLE_WORLD_SIZE", world);
+  set("ROLE_NAME", "default");
+  set("MASTER_ADDR", master_addr);
+  set("MASTER_PORT", std::to_string(master_port));
+  set("TORCHELASTIC_RESTART_COUNT", std::to_string(restart_count));
+  set("TORCHELASTIC_MAX_RESTARTS", std::to_string(max_restarts));
+  set("TORCHELASTIC_RUN_ID", run_id);
+  set("SHMCCL_JOB_ID", run_id);
+  set("SHMCCL_NAMESPACE", job_namespace);
+  set("SHMCCL_LAUNCHER_PID", std::to_string(getpid()));
+  set("SHMCCL_LOCK_FD", std::to_string(lock_fd));
+  if (timeout) set("SHMCCL_TIMEOUT", *timeout);
+  return env;
+}
+
+}  // namespace shmccl::launcher

@@ -1,0 +1,67 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// LaunchPlan: everything decided once, before the first rank starts, from the command line and
+// the machine: the resolved program, world size, job id, master address and port, each rank's
+// output routing, log file and CPU binding. rank_env() builds the environment a rank sees; it is
+// the launcher's half of the contract with init_process_group() (docs/launcher.md).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launcher/numa_binding.h"
+#include "launcher/options.h"
+#include "launcher/output_mux.h"
+
+namespace shmccl::launcher {
+
+struct RankPlan {
+  int rank = 0;
+  OutputRouting routing;
+  Binding binding;
+  std::string log_file;  // empty: none
+};
+
+struct LaunchPlan {
+  std::string program;       // as given on the command line
+  std::string program_path;  // resolved executable
+  std::vector<std::string> argv;
+  std::vector<std::string> base_env;  // shmrun's environment at start-up
+
+  int world_size = 1;
+  std::string run_id = "none";
+  std::string master_addr;
+  int master_port = 29500;
+  int max_restarts = 0;
+  std::optional<std::string> timeout;
+  double grace_period_s = 5;
+  double monitor_interval_s = 5;
+  bool prefix = true;
+  bool verbose = false;
+  std::string trace_file;  // SHMCCL_TRACE_FILE, for the failure summary
+  std::vector<RankPlan> ranks;
+
+  // The whole environment of `rank` in one attempt.
+  std::vector<std::string> rank_env(int rank, int restart_count, const std::string& job_namespace,
+                                    int lock_fd) const;
+};
+
+// Thrown when the plan cannot be made (program not found, log directory not writable...).
+class LaunchError : public std::runtime_error {
+ public:
+  LaunchError(const std::string& what, int exit_code)
+      : std::runtime_error(what), exit_code_(exit_code) {}
+  int exit_code() const { return exit_code_; }
+
+ private:
+  int exit_code_;
+};
+
+// `warnings` receives things worth telling the user (ranks sharing cores, a temporary log dir).
+LaunchPlan make_launch_plan(const Options& options, std::vector<std::string>* warnings);
+
+// Usable cores: shmrun's CPU affinity, else the online CPUs.
+int usable_cpu_count();
+
+}  // namespace shmccl::launcher

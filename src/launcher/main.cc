@@ -1,0 +1,144 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// shmrun: starts the ranks of a shmccl job on this host and supervises them (docs/launcher.md).
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/logging.h"
+#include "launcher/failure_summary.h"
+#include "launcher/launch_plan.h"
+#include "launcher/options.h"
+#include "launcher/signal_watcher.h"
+#include "launcher/stale_cleanup.h"
+#include "launcher/worker_group.h"
+
+namespace shmccl::launcher {
+namespace {
+
+constexpr int kExitError = 1;
+
+int dump_config() {
+  struct Row {
+    std::string name, kind, default_value, value, help;
+  };
+  std::vector<Row> rows = {{"NAME", "KIND", "DEFAULT", "VALUE", "HELP"}};
+  auto shown = [](std::string text) { return text.empty() ? std::string("-") : text; };
+  for (const config::Setting& setting : config::all_settings()) {
+    rows.push_back({setting.name, config::kind_name(setting.kind), shown(setting.default_value),
+                    shown(config::get_string(setting.name)), setting.help});
+  }
+  size_t widths[4] = {0, 0, 0, 0};
+  for (const Row& row : rows) {
+    const std::string* cells[4] = {&row.name, &row.kind, &row.default_value, &row.value};
+    for (int i = 0; i < 4; ++i) widths[i] = std::max(widths[i], cells[i]->size());
+  }
+  for (const Row& row : rows) {
+    std::printf("%-*s  %-*s  %-*s  %-*s  %s\n", static_cast<int>(widths[0]), row.name.c_str(),
+                static_cast<int>(widths[1]), row.kind.c_str(), static_cast<int>(widths[2]),
+                row.default_value.c_str(), static_cast<int>(widths[3]), row.value.c_str(),
+                row.help.c_str());
+  }
+  return 0;
+}
+
+int cleanup(const std::vector<std::string>& only) {
+  const CleanupReport report = cleanup_stale_namespaces(only);
+  for (const std::string& entry : report.removed) std::printf("removed /dev/shm/%s\n", entry.c_str());
+  for (const std::string& ns : report.live) {
+    std::printf("kept namespace %s: its job is still running (lock held)\n", ns.c_str());
+  }
+  for (const std::string& error : report.errors) std::fprintf(stderr, "shmrun: %s\n", error.c_str());
+  std::printf("shmrun --cleanup: removed %zu entries, kept %zu live namespaces\n",
+              report.removed.size(), report.live.size());
+  return report.errors.empty() ? 0 : kExitError;
+}
+
+// -v: INFO-level logging for shmrun itself. Set after the ranks' environment was captured, so
+// the ranks keep the user's SHMCCL_DEBUG.
+void enable_verbose_logging() {
+  const char* level = std::getenv("SHMCCL_DEBUG");
+  if (level == nullptr || std::string(level) != "TRACE") setenv("SHMCCL_DEBUG", "INFO", 1);
+  setenv("SHMCCL_DEBUG_SUBSYS", "ALL", 1);
+  log::reload();
+}
+
+int run_job(const Options& options) {
+  std::vector<std::string> warnings;
+  LaunchPlan plan = make_launch_plan(options, &warnings);
+  if (options.verbose) enable_verbose_logging();
+  for (const std::string& warning : warnings) {
+    std::fprintf(stderr, "shmrun: warning: %s\n", warning.c_str());
+  }
+
+  SignalWatcher signals;
+  WorkerGroup group(plan, signals);
+  for (int restart = 0;; ++restart) {
+    const AttemptResult result = group.run(restart);
+    if (result.succeeded()) return 0;
+    if (!result.root_cause) {
+      std::fprintf(stderr, "shmrun: received %s: stopped all %d ranks\n",
+                   signal_name(*result.signal).c_str(), plan.world_size);
+      return 128 + *result.signal;
+    }
+    const RankExit& failed = *result.root_cause;
+    if (!result.signal && restart < plan.max_restarts) {
+      std::fprintf(stderr,
+                   "shmrun: rank %d (pid %d) failed with %s; restarting all %d ranks "
+                   "(restart %d of %d)\n",
+                   failed.rank, static_cast<int>(failed.pid), failed.status.describe().c_str(),
+                   plan.world_size, restart + 1, plan.max_restarts);
+      continue;
+    }
+    SummaryContext context;
+    context.program = plan.program;
+    char host[256] = "?";
+    gethostname(host, sizeof(host) - 1);
+    context.host = host;
+    for (const RankPlan& rank : plan.ranks) context.log_files.push_back(rank.log_file);
+    context.trace_file = plan.trace_file;
+    const std::string summary = format_failure_summary(context, failed, result.others);
+    std::fflush(stdout);
+    std::fputs(summary.c_str(), stderr);
+    return failed.status.shell_code();
+  }
+}
+
+int shmrun_main(int argc, char** argv) {
+  Options options;
+  try {
+    options = parse_options(std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const UsageError& error) {
+    std::fprintf(stderr, "%s\nshmrun: error: %s\n", usage_line(), error.what());
+    return 2;
+  }
+  try {
+    switch (options.mode) {
+      case Mode::kHelp:
+        std::fputs(help_text().c_str(), stdout);
+        return 0;
+      case Mode::kVersion:
+        std::printf("shmrun (shmccl) %s\n", SHMCCL_VERSION);
+        return 0;
+      case Mode::kDumpConfig:
+        return dump_config();
+      case Mode::kCleanup:
+        return cleanup(options.command);
+      case Mode::kRun:
+        return run_job(options);
+    }
+  } catch (const LaunchError& error) {
+    std::fprintf(stderr, "shmrun: error: %s\n", error.what());
+    return error.exit_code();
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "shmrun: error: %s\n", error.what());
+  }
+  return kExitError;
+}
+
+}  // namespace
+}  // namespace shmccl::launcher
+
+int main(int argc, char** argv) { return shmccl::launcher::shmrun_main(argc, argv); }

@@ -1,0 +1,353 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+#include "launcher/options.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <functional>
+#include <string_view>
+
+#include "core/config.h"
+
+namespace shmccl::launcher {
+namespace {
+
+constexpr int kMaxRanks = 4096;
+constexpr const char* kMultiNode =
+    "multi-node is not supported yet: shmccl runs the ranks of one host (--nnodes=1)";
+
+[[noreturn]] void invalid(const std::string& flag, std::string_view value, const char* expected) {
+  throw UsageError("option " + flag + ": invalid value '" + std::string(value) + "' (expected " +
+                   expected + ")");
+}
+
+// A whole-string decimal integer in [min, max].
+std::optional<int64_t> to_int(std::string_view text, int64_t min, int64_t max) {
+  int64_t value = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, error] = std::from_chars(text.data(), end, value);
+  if (text.empty() || error != std::errc() || ptr != end || value < min || value > max) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+int int_value(const std::string& flag, std::string_view value, int64_t min, int64_t max,
+              const char* expected) {
+  auto parsed = to_int(value, min, max);
+  if (!parsed) invalid(flag, value, expected);
+  return static_cast<int>(*parsed);
+}
+
+double seconds_value(const std::string& flag, const std::string& value, bool allow_zero) {
+  double seconds = 0;
+  if (!config::parse_seconds(value, &seconds) || (!allow_zero && seconds <= 0)) {
+    invalid(flag, value, allow_zero ? "seconds >= 0, e.g. 30, 1.5, 500ms"
+                                    : "seconds > 0, e.g. 30, 1.5, 500ms");
+  }
+  return seconds;
+}
+
+// Shortest text that reads back as the same double ("30", "0.5").
+std::string format_seconds(double seconds) {
+  char buffer[64];
+  auto [ptr, error] = std::to_chars(buffer, buffer + sizeof(buffer), seconds);
+  return error == std::errc() ? std::string(buffer, ptr) : std::to_string(seconds);
+}
+
+std::vector<std::string_view> split(std::string_view text, char separator) {
+  std::vector<std::string_view> parts;
+  size_t start = 0;
+  while (true) {
+    const size_t end = text.find(separator, start);
+    parts.push_back(text.substr(start, end == std::string_view::npos ? end : end - start));
+    if (end == std::string_view::npos) return parts;
+    start = end + 1;
+  }
+}
+
+StreamSelection stream_selection(const std::string& flag, std::string_view value) {
+  constexpr const char* kExpected = "0-3, or local_rank:0-3 pairs such as 0:1,1:2";
+  StreamSelection selection;
+  selection.given = true;
+  if (value.find(':') == std::string_view::npos) {
+    selection.all = static_cast<unsigned>(int_value(flag, value, 0, 3, kExpected));
+    return selection;
+  }
+  for (std::string_view pair : split(value, ',')) {
+    const size_t colon = pair.find(':');
+    if (colon == std::string_view::npos) invalid(flag, value, kExpected);
+    auto rank = to_int(pair.substr(0, colon), 0, kMaxRanks - 1);
+    auto mask = to_int(pair.substr(colon + 1), 0, 3);
+    if (!rank || !mask) invalid(flag, value, kExpected);
+    selection.by_rank.emplace_back(static_cast<int>(*rank), static_cast<unsigned>(*mask));
+  }
+  return selection;
+}
+
+void nnodes_value(const std::string& flag, std::string_view value) {
+  // "N" or "MIN:MAX", as torchrun; only one node is supported.
+  for (std::string_view part : split(value, ':')) {
+    if (!to_int(part, 1, 1 << 20)) invalid(flag, value, "a node count such as 1 or 1:1");
+  }
+  for (std::string_view part : split(value, ':')) {
+    if (part != "1") throw UsageError(kMultiNode);
+  }
+  if (split(value, ':').size() > 2) invalid(flag, value, "a node count such as 1 or 1:1");
+}
+
+struct Flag {
+  std::vector<std::string_view> names;  // normalized: no leading dashes, '-' not '_'
+  bool takes_value;
+  std::function<void(Options&, const std::string& flag, const std::string& value)> apply;
+};
+
+const std::vector<Flag>& flags() {
+  static const std::vector<Flag> table = {
+      {{"nproc-per-node"}, true,
+       [](Options& o, const std::string& f, const std::string& v) {
+         o.nproc_per_node = (v == "auto" || v == "cpu")
+                                ? 0
+                                : int_value(f, v, 1, kMaxRanks, "a positive integer or 'auto'");
+       }},
+      {{"nnodes"}, true, [](Options&, const std::string& f, const std::string& v) {
+         nnodes_value(f, v);
+       }},
+      {{"node-rank"}, true,
+       [](Options&, const std::string& f, const std::string& v) {
+         if (int_value(f, v, 0, 1 << 20, "a non-negative integer") != 0) {
+           throw UsageError(kMultiNode);
+         }
+       }},
+      {{"master-addr"}, true,
+       [](Options& o, const std::string& f, const std::string& v) {
+         if (v.empty()) invalid(f, v, "a host name or address");
+         o.master_addr = v;
+       }},
+      {{"master-port"}, true,
+       [](Options& o, const std::string& f, const std::string& v) {
+         o.master_port = int_value(f, v, 0, 65535, "a port number 0-65535");
+       }},
+      {{"rdzv-id", "run-id"}, true,
+       [](Options& o, const std::string& f, const std::string& v) {
+         if (v.empty()) invalid(f, v, "a non-empty job id");
+         o.run_id = v;
+       }},
+      {{"rdzv-endpoint"}, true,
+       [](Options& o, const std::string& f, const std::string& v) {
+         // host[:port]; torchrun users pass it with the c10d backend on one node.
+         const size_t colon = v.rfind(':');
+         if (v.empty() || colon == 0) invalid(f, v, "host[:port]");
+         o.master_addr = v.substr(0, colon);
+         if (colon != std::string::npos) {
+           o.master_port =
+               int_value(f, std::string_view(v).substr(colon + 1), 0, 65535, "host[:port]");
+         }
+       }},
+      {{"rdzv-backend", "rdzv-conf"}, true, [](Options&, const std::string&, const std::string&) {
+         // Accepted for torchrun compatibility: one host needs no rendezvous backend.
+       }},
+      {{"standalone"}, false, [](Options& o, auto&, auto&) { o.standalone = true; }},
+      {{"max-restarts"}, true,
+       [](Options& o, const std::string& f, const std::string& v) {
+         o.max_restarts = int_value(f, v, 0, 1000000, "a non-negative integer");
+       }},
+      {{"monitor-interval"}, true,
+       [](Options& o, const std::string& f, const std::string& v) {
+         o.monitor_interval_s = seconds_value(f, v, false);
+       }},
+      {{"grace-period", "stop-timeout"}, true,
+       [](Options& o, const std::string& f, const std::string& v) {
+         o.grace_period_s = seconds_value(f, v, true);
+       }},
+      {{"timeout"}, true,
+       [](Options& o, const std::string& f, const std::string& v) {
+         o.timeout = format_seconds(seconds_value(f, v, false));
+       }},
+      {{"redirects", "r"}, true,
+       [](Options& o, const std::string& f, const std::string& v) {
+         o.redirects = stream_selection(f, v);
+       }},
+      {{"tee", "t"}, true,
+       [](Options& o, const std::string& f, const std::string& v) {
+         o.tee = stream_selection(f, v);
+       }},
+      {{"log-dir"}, true,
+       [](Options& o, const std::string& f, const std::string& v) {
+         if (v.empty()) invalid(f, v, "a directory");
+         o.log_dir = v;
+       }},
+      {{"local-ranks-filter"}, true,
+       [](Options& o, const std::string& f, const std::string& v) {
+         std::vector<int> ranks;
+         for (std::string_view part : split(v, ',')) {
+           ranks.push_back(int_value(f, part, 0, kMaxRanks - 1, "local ranks such as 0,3"));
+         }
+         o.local_ranks_filter = std::move(ranks);
+       }},
+      {{"no-prefix"}, false, [](Options& o, auto&, auto&) { o.prefix = false; }},
+      {{"numa-binding"}, true,
+       [](Options& o, const std::string& f, const std::string& v) {
+         if (v == "none") {
+           o.numa = NumaMode::kNone;
+         } else if (v == "node") {
+           o.numa = NumaMode::kNode;
+         } else if (v == "exclusive") {
+           o.numa = NumaMode::kExclusive;
+         } else if (v == "core") {
+           o.numa = NumaMode::kCore;
+         } else {
+           invalid(f, v, "none, node, exclusive or core");
+         }
+       }},
+      {{"no-python"}, false, [](Options&, auto&, auto&) {
+         // Accepted for torchrun compatibility: shmrun always executes the program directly.
+       }},
+      {{"module", "m"}, false, [](Options&, auto&, auto&) {
+         throw UsageError("shmrun runs executables, not Python modules: drop -m/--module");
+       }},
+      {{"verbose", "v"}, false, [](Options& o, auto&, auto&) { o.verbose = true; }},
+      {{"help", "h"}, false, [](Options& o, auto&, auto&) { o.mode = Mode::kHelp; }},
+      {{"version"}, false, [](Options& o, auto&, auto&) { o.mode = Mode::kVersion; }},
+      {{"dump-config"}, false, [](Options& o, auto&, auto&) { o.mode = Mode::kDumpConfig; }},
+      {{"cleanup"}, false, [](Options& o, auto&, auto&) { o.mode = Mode::kCleanup; }},
+  };
+  return table;
+}
+
+const Flag* find_flag(std::string_view name) {
+  for (const Flag& flag : flags()) {
+    if (std::find(flag.names.begin(), flag.names.end(), name) != flag.names.end()) return &flag;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+unsigned StreamSelection::mask_for(int local_rank) const {
+  if (all) return *all;
+  for (const auto& [rank, mask] : by_rank) {
+    if (rank == local_rank) return mask;
+  }
+  return kNoStream;
+}
+
+Options parse_options(const std::vector<std::string>& args) {
+  Options options;
+  size_t index = 0;
+  while (index < args.size()) {
+    const std::string& arg = args[index];
+    if (arg == "--") {
+      ++index;
+      break;
+    }
+    if (arg.size() < 2 || arg[0] != '-') break;  // the program: options end here
+
+    // "--name=value", "--name value", "-v", "-r 3", "-r3"; '_' and '-' alike in names.
+    const bool long_form = arg[1] == '-';
+    std::string name = long_form ? arg.substr(2) : arg.substr(1, 1);
+    std::optional<std::string> inline_value;
+    if (long_form) {
+      if (const size_t eq = name.find('='); eq != std::string::npos) {
+        inline_value = name.substr(eq + 1);
+        name.resize(eq);
+      }
+      std::replace(name.begin(), name.end(), '_', '-');
+    } else if (arg.size() > 2) {
+      inline_value = arg.substr(arg[2] == '=' ? 3 : 2);
+    }
+    const Flag* flag = find_flag(name);
+    if (flag == nullptr || (long_form && name.size() == 1) || (!long_form && name.size() != 1)) {
+      throw UsageError("unrecognized option '" + arg + "'");
+    }
+    const std::string shown = (long_form ? "--" : "-") + name;
+    std::string value;
+    if (flag->takes_value) {
+      if (inline_value) {
+        value = *inline_value;
+      } else if (index + 1 < args.size()) {
+        value = args[++index];
+      } else {
+        throw UsageError("option " + shown + " needs a value");
+      }
+    } else if (inline_value) {
+      throw UsageError("option " + shown + " takes no value");
+    }
+    flag->apply(options, shown, value);
+    ++index;
+  }
+  options.command.assign(args.begin() + static_cast<std::ptrdiff_t>(index), args.end());
+  if (options.mode == Mode::kRun && options.command.empty()) {
+    throw UsageError("missing the program to run");
+  }
+  return options;
+}
+
+const char* usage_line() {
+  return "usage: shmrun [--nproc-per-node N|auto] [options] [--] program [args...]\n"
+         "       shmrun --cleanup [namespace...] | --dump-config | --version | --help";
+}
+
+std::string help_text() {
+  std::string text = usage_line();
+  text += R"(
+
+Starts N ranks of a shmccl program on this host, the way torchrun does, and supervises them.
+Options use torchrun's spelling: --flag=value or --flag value, '-' or '_' in names; options end
+at `--` or at the program.
+
+Ranks:
+  --nproc-per-node N|auto   ranks to start (auto: one per usable core) [1]
+  --nnodes 1, --node-rank 0 only one node is supported
+  --master-addr ADDR        MASTER_ADDR given to the ranks [127.0.0.1]
+  --master-port PORT        MASTER_PORT given to the ranks [29500]
+  --rdzv-id, --run-id ID    job id (TORCHELASTIC_RUN_ID, SHMCCL_JOB_ID) [none]
+  --standalone              random job id and a free master port
+  --rdzv-endpoint HOST:PORT sets the master address and port; --rdzv-backend is ignored
+  --timeout SECONDS         collective timeout given to the ranks (SHMCCL_TIMEOUT)
+
+Supervision:
+  --max-restarts K          restart the whole group up to K times after a failure [0]
+  --grace-period, --stop-timeout SECONDS
+                            time between SIGTERM and SIGKILL when stopping ranks [5]
+  --monitor-interval SECONDS
+                            interval of the status line logged with -v [5]
+
+Output:
+  --no-prefix               print rank output without the "[rankN]:" prefix
+  --log-dir DIR             also write each rank's output to DIR/rank<N>.log
+  -r, --redirects 0-3|LR:0-3,...
+                            send stdout (1), stderr (2) or both (3) to the log file only
+  -t, --tee 0-3|LR:0-3,...  send those streams to the log file and the console
+  --local-ranks-filter 0,3  show only these ranks' output on the console
+  --numa-binding none|node|exclusive|core
+                            bind each rank to a NUMA node, an exclusive set of cores of its
+                            node, or one core [none]
+  -v, --verbose             log what shmrun does (ranks, pids, bindings)
+
+Other modes:
+  --cleanup [NAMESPACE...]  remove shared-memory segments of jobs whose launcher is gone
+  --dump-config             print every SHMCCL_* setting with its value, default and help
+  --version, -h/--help
+
+Exit status: 0 when every rank succeeds; otherwise the first failing rank's exit code (128+N
+when it was killed by signal N); 130 after SIGINT, 143 after SIGTERM; 2 for a bad command line.
+)";
+  return text;
+}
+
+const char* numa_mode_name(NumaMode mode) {
+  switch (mode) {
+    case NumaMode::kNone:
+      return "none";
+    case NumaMode::kNode:
+      return "node";
+    case NumaMode::kExclusive:
+      return "exclusive";
+    case NumaMode::kCore:
+      return "core";
+  }
+  return "?";
+}
+
+}  // namespace shmccl::launcher

@@ -1,0 +1,77 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// shmrun's command line, in torchrun's spelling: `--flag=value` and `--flag value`, `-` and `_`
+// alike in names, and `--` or the first argument that is not an option ends shmrun's options
+// (everything after it is the program and its arguments). parse_options() is pure: it reads no
+// environment and touches no file, so it is unit-tested directly.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace shmccl::launcher {
+
+// A malformed command line. main() prints it with the usage line and exits 2.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class NumaMode { kNone, kNode, kExclusive, kCore };
+
+// Which of a rank's streams a --redirects / --tee value selects: bit 0 stdout, bit 1 stderr.
+enum StreamMask : unsigned { kNoStream = 0, kStdout = 1, kStderr = 2, kBothStreams = 3 };
+
+// "3" (every local rank) or "0:1,1:2" (per local rank), as torchrun spells it.
+struct StreamSelection {
+  std::optional<unsigned> all;               // set by the plain form
+  std::vector<std::pair<int, unsigned>> by_rank;  // (local rank, mask) from the mapped form
+  bool given = false;
+  unsigned mask_for(int local_rank) const;
+};
+
+enum class Mode { kRun, kHelp, kVersion, kDumpConfig, kCleanup };
+
+struct Options {
+  Mode mode = Mode::kRun;
+
+  // Topology. nproc_per_node == 0 means "auto" (one rank per usable core).
+  int nproc_per_node = 1;
+  std::string master_addr = "127.0.0.1";
+  std::optional<int> master_port;  // unset: 29500, or a free port with --standalone
+  std::optional<std::string> run_id;  // --rdzv-id / --run-id
+  bool standalone = false;
+
+  // Supervision.
+  int max_restarts = 0;
+  double monitor_interval_s = 5.0;
+  double grace_period_s = 5.0;
+  std::optional<std::string> timeout;  // --timeout, normalized to seconds, for SHMCCL_TIMEOUT
+
+  // Output.
+  StreamSelection redirects;
+  StreamSelection tee;
+  std::optional<std::string> log_dir;
+  std::optional<std::vector<int>> local_ranks_filter;
+  bool prefix = true;
+
+  NumaMode numa = NumaMode::kNone;
+  bool verbose = false;
+
+  // The program and its arguments (kRun), or the namespaces to consider (kCleanup; empty: all).
+  std::vector<std::string> command;
+};
+
+// Throws UsageError on anything malformed; `args` excludes argv[0].
+Options parse_options(const std::vector<std::string>& args);
+
+// The one-line synopsis and the full --help text.
+const char* usage_line();
+std::string help_text();
+
+const char* numa_mode_name(NumaMode mode);
+
+}  // namespace shmccl::launcher

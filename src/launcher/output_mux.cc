@@ -1,0 +1,109 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+#include "launcher/output_mux.h"
+
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+namespace shmccl::launcher {
+namespace {
+
+constexpr size_t kMaxLine = 64 * 1024;
+constexpr size_t kReadChunk = 64 * 1024;
+
+}  // namespace
+
+OutputRouting route_output(const Options& options, int local_rank) {
+  const unsigned redirected = options.redirects.mask_for(local_rank);
+  OutputRouting routing;
+  routing.file = redirected | options.tee.mask_for(local_rank);
+  if (options.log_dir && !options.redirects.given && !options.tee.given) routing.file = kBothStreams;
+  routing.console = kBothStreams & ~redirected;
+  if (options.local_ranks_filter) {
+    const auto& shown = *options.local_ranks_filter;
+    if (std::find(shown.begin(), shown.end(), local_rank) == shown.end()) {
+      routing.console = kNoStream;
+    }
+  }
+  return routing;
+}
+
+void write_all(int fd, std::string_view data) noexcept {
+  while (!data.empty()) {
+    const ssize_t n = ::write(fd, data.data(), data.size());
+    if (n > 0) {
+      data.remove_prefix(static_cast<size_t>(n));
+    } else if (n < 0 && errno == EAGAIN) {
+      pollfd writable{fd, POLLOUT, 0};
+      poll(&writable, 1, -1);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {
+      return;
+    }
+  }
+}
+
+bool RankStream::drain(int fd) {
+  static thread_local char buffer[kReadChunk];
+  while (true) {
+    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n > 0) {
+      feed(std::string_view(buffer, static_cast<size_t>(n)));
+    } else if (n == 0) {
+      return false;
+    } else if (errno == EINTR) {
+      continue;
+    } else {
+      return errno == EAGAIN;  // any other error ends the stream too
+    }
+  }
+}
+
+void RankStream::feed(std::string_view data) {
+  const size_t last_newline = data.rfind('\n');
+  if (last_newline == std::string_view::npos) {
+    partial_.append(data);
+  } else {
+    // Everything up to the last '\n' is complete lines; emit them in one go.
+    std::string complete = std::move(partial_);
+    complete.append(data.substr(0, last_newline + 1));
+    partial_.assign(data.substr(last_newline + 1));
+    emit(complete);
+  }
+  if (partial_.size() >= kMaxLine) {
+    partial_ += '\n';
+    emit(partial_);
+    partial_.clear();
+  }
+}
+
+void RankStream::finish() {
+  if (partial_.empty()) return;
+  partial_ += '\n';
+  emit(partial_);
+  partial_.clear();
+}
+
+void RankStream::emit(std::string_view lines) {
+  if (file_fd_ >= 0) write_all(file_fd_, lines);
+  if (console_fd_ < 0) return;
+  if (prefix_.empty()) {
+    write_all(console_fd_, lines);
+    return;
+  }
+  std::string out;
+  out.reserve(lines.size() + prefix_.size() * 4);
+  size_t start = 0;
+  while (start < lines.size()) {
+    const size_t end = lines.find('\n', start);  // every chunk ends with '\n'
+    out += prefix_;
+    out.append(lines.substr(start, end - start + 1));
+    start = end + 1;
+  }
+  write_all(console_fd_, out);
+}
+
+}  // namespace shmccl::launcher

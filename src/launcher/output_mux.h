@@ -1,0 +1,53 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// How rank output reaches the console and the log files. Each rank's stdout and stderr come
+// through their own pipe; a RankStream splits what it reads into lines and writes every complete
+// line at once, prefixed "[rankN]:" on the console (the file gets the bare line), so lines of
+// different ranks never interleave mid-line. A line longer than 64 KiB is cut, and a last line
+// without '\n' is completed with one when the stream ends. Not thread-safe.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "launcher/options.h"
+
+namespace shmccl::launcher {
+
+// Where one local rank's two streams go (masks of StreamMask bits).
+struct OutputRouting {
+  unsigned console = kBothStreams;
+  unsigned file = kNoStream;
+};
+
+// From --redirects, --tee, --log-dir and --local-ranks-filter: redirected streams go to the log
+// file only, teed ones to both; --log-dir alone tees both streams; the filter hides the ranks it
+// does not name from the console (their log files are still written).
+OutputRouting route_output(const Options& options, int local_rank);
+
+class RankStream {
+ public:
+  // `console_fd` -1: not shown; `file_fd` -1: not logged. Neither fd is owned.
+  RankStream(int console_fd, std::string prefix, int file_fd)
+      : console_fd_(console_fd), prefix_(std::move(prefix)), file_fd_(file_fd) {}
+
+  // Reads `fd` (non-blocking) until it would block; false once it reached end of file.
+  bool drain(int fd);
+  // Writes the last partial line, if any, with a '\n'.
+  void finish();
+
+ private:
+  void feed(std::string_view data);
+  void emit(std::string_view lines_with_newlines);
+
+  int console_fd_;
+  std::string prefix_;
+  int file_fd_;
+  std::string partial_;  // the start of a line whose '\n' has not arrived yet
+};
+
+// write(2) until everything is written; waits out EAGAIN on a non-blocking fd. Errors such as
+// EPIPE (the reader went away) drop the data: rank output must never stop the supervisor.
+void write_all(int fd, std::string_view data) noexcept;
+
+}  // namespace shmccl::launcher

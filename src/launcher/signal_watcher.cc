@@ -1,0 +1,33 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+#include "launcher/signal_watcher.h"
+
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "core/check.h"
+
+namespace shmccl::launcher {
+
+SignalWatcher::SignalWatcher() {
+  sigset_t handled;
+  sigemptyset(&handled);
+  for (int signal_number : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&handled, signal_number);
+  SHMCCL_SYSCALL(sigprocmask(SIG_BLOCK, &handled, nullptr), "sigprocmask");
+  fd_.reset(signalfd(-1, &handled, SFD_NONBLOCK | SFD_CLOEXEC));
+  if (!fd_) detail::throw_system_error("signalfd", errno);
+  signal(SIGPIPE, SIG_IGN);
+}
+
+std::optional<int> SignalWatcher::next() {
+  signalfd_siginfo info;
+  while (true) {
+    const ssize_t n = read(fd_.get(), &info, sizeof(info));
+    if (n == static_cast<ssize_t>(sizeof(info))) return static_cast<int>(info.ssi_signo);
+    if (n < 0 && errno == EINTR) continue;
+    return std::nullopt;  // EAGAIN: nothing pending
+  }
+}
+
+}  // namespace shmccl::launcher

@@ -1,0 +1,33 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// SignalWatcher: turns SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to shmrun into readable events
+// on a signalfd, which the event loop polls like any other fd. Constructing it blocks those
+// signals for the process (shmrun is single-threaded) and ignores SIGPIPE (a console reader
+// going away must not kill the supervisor); ChildProcess undoes both in the ranks. The signals
+// stay blocked after destruction: one arriving while shmrun exits must not override the exit
+// code it has chosen. One per process; not thread-safe.
+#pragma once
+
+#include <signal.h>
+
+#include <optional>
+
+#include "launcher/unique_fd.h"
+
+namespace shmccl::launcher {
+
+class SignalWatcher {
+ public:
+  SignalWatcher();
+  SignalWatcher(const SignalWatcher&) = delete;
+  SignalWatcher& operator=(const SignalWatcher&) = delete;
+
+  int fd() const { return fd_.get(); }
+  // The next pending signal's number, or nullopt when none is pending (non-blocking).
+  std::optional<int> next();
+
+ private:
+  UniqueFd fd_;
+};
+
+}  // namespace shmccl::launcher

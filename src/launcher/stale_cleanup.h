@@ -1,0 +1,24 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// `shmrun --cleanup`: removes the shared memory of jobs whose processes are all gone. A
+// namespace (see job_namespace.h) is stale when its lock file is missing, or when
+// flock(LOCK_EX | LOCK_NB) on it succeeds: every live rank and its shmrun hold LOCK_SH. The
+// exclusive lock is kept while the namespace's entries are removed, the lock file last. A
+// namespace whose lock is held is left alone.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace shmccl::launcher {
+
+struct CleanupReport {
+  std::vector<std::string> removed;         // entry names, in removal order
+  std::vector<std::string> live;            // namespaces kept because their lock is held
+  std::vector<std::string> errors;          // what could not be examined or removed, and why
+};
+
+// Considers the given namespaces, or every shmccl namespace in /dev/shm when `only` is empty.
+CleanupReport cleanup_stale_namespaces(const std::vector<std::string>& only);
+
+}  // namespace shmccl::launcher

@@ -1,0 +1,41 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// WorkerGroup: one attempt of a job. run() creates the job's namespace and lock, starts every
+// rank, and supervises them from one EventLoop: each rank's pidfd (exit), its two output pipes,
+// the signalfd, and the grace-period and monitor timers. The first rank to fail (non-zero exit
+// or a signal) or a signal to shmrun makes it stop the others: SIGTERM, then SIGKILL after the
+// grace period (at once on a second signal). run() returns only when every rank has been reaped
+// and every /dev/shm entry of the namespace removed, also when it throws. Not thread-safe.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "launcher/failure_summary.h"
+#include "launcher/launch_plan.h"
+#include "launcher/signal_watcher.h"
+
+namespace shmccl::launcher {
+
+struct AttemptResult {
+  std::optional<RankExit> root_cause;  // the first rank that failed on its own
+  std::vector<RankExit> others;        // every other rank that did not succeed
+  std::optional<int> signal;           // a signal shmrun received during the attempt
+  std::string job_namespace;
+
+  bool succeeded() const { return !root_cause && !signal; }
+};
+
+class WorkerGroup {
+ public:
+  WorkerGroup(const LaunchPlan& plan, SignalWatcher& signals) : plan_(plan), signals_(signals) {}
+
+  // Runs attempt number `restart_count` (TORCHELASTIC_RESTART_COUNT) to its end.
+  AttemptResult run(int restart_count);
+
+ private:
+  const LaunchPlan& plan_;
+  SignalWatcher& signals_;
+};
+
+}  // namespace shmccl::launcher

@@ -1,0 +1,112 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// The layout of a group's control block: one shared-memory segment per process group, created by
+// the group's first rank and mapped by every member. Everything here is read by processes that
+// may be buggy, dead or hostile, so readers bounds-check every size and offset they take from it.
+//
+//   ControlHeader                       4 KiB   identity, work-pool counters, wake word, abort
+//   RankSlot[world_size]               36 KiB each, cache-line aligned
+//
+// Protocol of collective number `s` (1, 2, ...) on the group:
+//   1. each rank writes its OpDescriptor (and small payloads) into descriptors[s % 2] of its own
+//      slot, then release-stores `arrived = s`;
+//   2. each rank waits until every slot's `arrived >= s` (acquire) and compares descriptors;
+//   3. the ranks claim chunks of work [pool_base, pool_end) from `claim` and count finished ones
+//      in `done`; both counters only grow, so no reset races between collectives;
+//   4. a rank returns once `done >= pool_end`.
+// Double-buffering by s % 2 suffices: a rank writes descriptors[s % 2] again only at s + 2, which
+// it reaches after every rank arrived at s + 1, hence after every rank finished s.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "device/arena.h"
+
+namespace shmccl::transport {
+
+inline constexpr int kMaxRanks = 64;
+inline constexpr size_t kCacheLine = 64;
+inline constexpr size_t kInlineBytes = 16 * 1024;  // small-collective payload per slot and parity
+inline constexpr uint64_t kControlMagic = 0x73686d63636c4342ull;  // "shmcclCB"
+inline constexpr uint32_t kControlVersion = 1;
+
+// A buffer one rank exposes for one collective: where it lives in its owner's device arena.
+// arena.pid == 0 means "no buffer".
+struct BufferRef {
+  device::ArenaHandle arena;
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+};
+static_assert(sizeof(BufferRef) == 48);
+
+enum class OpKind : uint8_t {
+  kNone = 0,
+  kBarrier,
+  kAllGather,      // into one tensor, uneven rows
+  kAllGatherList,  // into a list of per-rank tensors
+  kReduceScatter,  // uneven rows
+  kAllReduce,
+  kBroadcast,
+};
+
+// What a rank called: compared across ranks before any data moves (mismatch detection) and
+// printed on both sides when they disagree.
+struct OpDescriptor {
+  uint64_t sequence;
+  OpKind kind;
+  uint8_t dtype;
+  uint8_t reduce_op;
+  uint8_t inline_payload;  // 1: data travels in the slot's inline area, not through arenas
+  int32_t root;
+  int64_t input_numel;
+  int64_t output_numel;
+  int64_t row_elements;  // elements per dim-0 row
+  int32_t num_splits;
+  int32_t reserved;
+  int64_t splits[kMaxRanks];  // rows per rank
+  BufferRef input;
+  BufferRef output;
+  BufferRef outputs[kMaxRanks];  // kAllGatherList: one output tensor per source rank
+};
+
+struct alignas(kCacheLine) RankSlot {
+  // Written by the slot's owner only.
+  std::atomic<uint64_t> arrived;  // sequence number of the last collective this rank entered
+  std::atomic<int32_t> pid;
+  std::atomic<uint32_t> attached;  // 1 once the rank mapped the segment
+  char padding0[kCacheLine - 16];
+  OpDescriptor descriptors[2];
+  alignas(kCacheLine) unsigned char inline_data[2][kInlineBytes];
+};
+static_assert(sizeof(RankSlot) % kCacheLine == 0);
+static_assert(offsetof(RankSlot, descriptors) == kCacheLine);
+
+struct alignas(4096) ControlHeader {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t world_size;
+  uint64_t segment_bytes;
+  uint64_t token;  // random, also in the segment's name
+  alignas(kCacheLine) std::atomic<uint32_t> attached_count;
+  alignas(kCacheLine) std::atomic<uint64_t> claim;       // next chunk to take
+  alignas(kCacheLine) std::atomic<uint64_t> done;        // chunks finished
+  alignas(kCacheLine) std::atomic<uint32_t> wake_word;   // futex: bumped when there is news
+  std::atomic<uint32_t> sleepers;                        // ranks asleep on wake_word
+  alignas(kCacheLine) std::atomic<uint32_t> abort_flag;  // non-zero: the group is aborted
+  int32_t abort_rank;
+  char abort_reason[240];
+};
+static_assert(sizeof(ControlHeader) == 4096);
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+
+inline constexpr size_t control_block_bytes(int world_size) {
+  return sizeof(ControlHeader) + sizeof(RankSlot) * static_cast<size_t>(world_size);
+}
+
+inline RankSlot* rank_slots(ControlHeader* header) {
+  return reinterpret_cast<RankSlot*>(reinterpret_cast<char*>(header) + sizeof(ControlHeader));
+}
+
+}  // namespace shmccl::transport

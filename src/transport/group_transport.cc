@@ -1,0 +1,253 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+#include "transport/group_transport.h"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <map>
+#include <thread>
+
+#include "core/check.h"
+#include "core/logging.h"
+#include "device/device_context.h"
+#include "transport/futex.h"
+
+namespace shmccl::transport {
+namespace {
+
+int online_cpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+// Peer arenas mapped into this process, by (pid, token). Kept for the process's lifetime: a
+// mapping stays valid after its owner exits (we hold our own fd), so late readers never fault.
+struct ArenaMappings {
+  std::mutex mutex;
+  std::map<std::pair<int32_t, uint64_t>, std::shared_ptr<device::ArenaMapping>> mappings;
+};
+
+ArenaMappings& arena_mappings() {
+  static auto* instance = new ArenaMappings();  // never destroyed: used until exit
+  return *instance;
+}
+
+}  // namespace
+
+GroupTransport::GroupTransport(ShmSegment segment, int rank, int size)
+    : segment_(std::move(segment)),
+      header_(static_cast<ControlHeader*>(segment_.data())),
+      slots_(rank_slots(header_)),
+      rank_(rank),
+      size_(size),
+      peer_pids_(static_cast<size_t>(size), 0),
+      oversubscribed_(size > online_cpus()) {}
+
+std::unique_ptr<GroupTransport> GroupTransport::create(const std::string& name, int rank,
+                                                       int size) {
+  SHMCCL_CHECK_ARG(size >= 1 && size <= kMaxRanks, "group size ", size, " is out of range [1, ",
+                   kMaxRanks, "]");
+  ShmSegment segment =
+      ShmSegment::create(name, control_block_bytes(size), UnlinkPolicy::kOnDestroy);
+  auto* header = static_cast<ControlHeader*>(segment.data());
+  header->version = kControlVersion;
+  header->world_size = static_cast<uint32_t>(size);
+  header->segment_bytes = control_block_bytes(size);
+  header->abort_rank = -1;
+  // The name reaches peers through the store, whose lock orders these writes before their reads.
+  header->magic = kControlMagic;
+  std::unique_ptr<GroupTransport> transport(new GroupTransport(std::move(segment), rank, size));
+  RankSlot& mine = transport->slot(rank);
+  mine.pid.store(getpid(), std::memory_order_relaxed);
+  mine.attached.store(1, std::memory_order_relaxed);
+  transport->header_->attached_count.fetch_add(1, std::memory_order_acq_rel);
+  return transport;
+}
+
+std::unique_ptr<GroupTransport> GroupTransport::open(const std::string& name, int rank, int size) {
+  ShmSegment segment = ShmSegment::open(name, control_block_bytes(size), UnlinkPolicy::kManual);
+  auto* header = static_cast<ControlHeader*>(segment.data());
+  if (header->magic != kControlMagic || header->version != kControlVersion ||
+      header->world_size != static_cast<uint32_t>(size)) {
+    throw RemoteError(detail::concat("control block ", name, " is not a shmccl group of ", size,
+                                     " ranks (magic ", header->magic, ", version ", header->version,
+                                     ", size ", header->world_size, ")"));
+  }
+  std::unique_ptr<GroupTransport> transport(new GroupTransport(std::move(segment), rank, size));
+  RankSlot& mine = transport->slot(rank);
+  SHMCCL_CHECK_ARG(mine.attached.load(std::memory_order_acquire) == 0, "rank ", rank,
+                   " of control block ", name, " is already taken by pid ",
+                   mine.pid.load(std::memory_order_relaxed), ": two processes use the same rank");
+  mine.pid.store(getpid(), std::memory_order_relaxed);
+  mine.attached.store(1, std::memory_order_release);
+  transport->header_->attached_count.fetch_add(1, std::memory_order_acq_rel);
+  transport->notify();
+  return transport;
+}
+
+GroupTransport::~GroupTransport() {
+  for (PeerMonitor::WatchId id : watches_)
+    PeerMonitor::instance().unwatch(id);
+}
+
+void GroupTransport::wait_for_all_attached(Clock::time_point deadline) {
+  wait_until(
+      [&] {
+        return header_->attached_count.load(std::memory_order_acquire) >=
+               static_cast<uint32_t>(size_);
+      },
+      deadline,
+      [&] {
+        std::string missing;
+        for (int r = 0; r < size_; ++r) {
+          if (slots_[r].attached.load(std::memory_order_acquire) == 0) {
+            missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+          }
+        }
+        return "waiting for ranks " + missing + " to join the group";
+      });
+  // Every member has it mapped: the name is no longer needed, and without it a crash leaks nothing.
+  segment_.unlink();
+  for (int r = 0; r < size_; ++r) {
+    const pid_t pid = slots_[r].pid.load(std::memory_order_acquire);
+    SHMCCL_CHECK(pid > 0, "rank ", r, " attached without a pid");
+    peer_pids_[static_cast<size_t>(r)] = pid;
+    if (r == rank_) continue;
+    watches_.push_back(
+        PeerMonitor::instance().watch(pid, [this](pid_t dead) { on_peer_death(dead); }));
+  }
+}
+
+void GroupTransport::on_peer_death(pid_t pid) {
+  int dead_rank = -1;
+  for (int r = 0; r < size_; ++r) {
+    if (peer_pids_[static_cast<size_t>(r)] == pid) dead_rank = r;
+  }
+  {
+    std::lock_guard<std::mutex> lock(failure_mutex_);
+    if (peer_death_message_.empty()) {
+      peer_death_message_ = detail::concat("rank ", dead_rank, " (pid ", pid, ") died");
+    }
+  }
+  peer_dead_.store(true, std::memory_order_release);
+  SHMCCL_INFO(kShm, "group peer rank ", dead_rank, " (pid ", pid, ") died");
+  header_->wake_word.fetch_add(1, std::memory_order_seq_cst);
+  futex_wake(&header_->wake_word);
+}
+
+bool GroupTransport::healthy() const {
+  return !peer_dead_.load(std::memory_order_acquire) &&
+         header_->abort_flag.load(std::memory_order_acquire) == 0;
+}
+
+std::string GroupTransport::failure_message() const {
+  if (header_->abort_flag.load(std::memory_order_acquire) != 0) {
+    char reason[sizeof(header_->abort_reason) + 1] = {};
+    std::memcpy(reason, header_->abort_reason, sizeof(header_->abort_reason));
+    reason[sizeof(header_->abort_reason)] = '\0';
+    return detail::concat("the group was aborted by rank ", header_->abort_rank, ": ", reason);
+  }
+  std::lock_guard<std::mutex> lock(failure_mutex_);
+  return peer_death_message_;
+}
+
+void GroupTransport::check_healthy() const {
+  if (!healthy()) [[unlikely]] {
+    throw RemoteError(failure_message());
+  }
+}
+
+void GroupTransport::abort(const std::string& reason) {
+  uint32_t expected = 0;
+  if (header_->abort_flag.compare_exchange_strong(expected, 2, std::memory_order_acq_rel)) {
+    header_->abort_rank = rank_;
+    std::memset(header_->abort_reason, 0, sizeof(header_->abort_reason));
+    std::memcpy(header_->abort_reason, reason.data(),
+                std::min(reason.size(), sizeof(header_->abort_reason) - 1));
+    header_->abort_flag.store(1, std::memory_order_release);
+  }
+  header_->wake_word.fetch_add(1, std::memory_order_seq_cst);
+  futex_wake(&header_->wake_word);
+}
+
+void GroupTransport::notify() {
+  // seq_cst pairs with the sleeper's seq_cst increment of `sleepers` (Dekker): either we see the
+  // sleeper and wake it, or it sees our change before it sleeps.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (header_->sleepers.load(std::memory_order_seq_cst) != 0) {
+    header_->wake_word.fetch_add(1, std::memory_order_seq_cst);
+    futex_wake(&header_->wake_word);
+  }
+}
+
+void GroupTransport::sleep_until(bool (*ready)(void*), void* context, Clock::time_point deadline,
+                                 std::string (*describe)(void*), void* describe_context) {
+  const int yield_rounds = oversubscribed_ ? 4 : 16;
+  for (int i = 0; i < yield_rounds; ++i) {
+    if (ready(context)) return;
+    if (!healthy()) throw RemoteError(failure_message() + "; " + describe(describe_context));
+    sched_yield();
+  }
+  while (true) {
+    const uint32_t observed = header_->wake_word.load(std::memory_order_seq_cst);
+    header_->sleepers.fetch_add(1, std::memory_order_seq_cst);
+    const bool done = ready(context);
+    if (!done && healthy()) {
+      const auto now = Clock::now();
+      if (now < deadline) {
+        // Wake at least every second so a wait survives a lost wakeup from a dying peer.
+        const auto slice = std::min<Clock::duration>(deadline - now, std::chrono::seconds(1));
+        futex_wait(&header_->wake_word, observed, slice);
+      }
+    }
+    header_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    if (done || ready(context)) return;
+    if (!healthy()) throw RemoteError(failure_message() + "; " + describe(describe_context));
+    if (Clock::now() >= deadline) {
+      throw TimeoutError(detail::concat("timed out ", describe(describe_context)));
+    }
+  }
+}
+
+char* GroupTransport::resolve(const BufferRef& ref, uint64_t bytes) const {
+  if (bytes == 0) return nullptr;
+  const device::ArenaHandle& handle = ref.arena;
+  if (ref.bytes < bytes || ref.offset > handle.capacity || handle.capacity - ref.offset < bytes) {
+    throw RemoteError(detail::concat("a peer described a buffer of ", ref.bytes,
+                                     " bytes at offset ", ref.offset, " of an arena of ",
+                                     handle.capacity, " bytes; ", bytes, " bytes were needed"));
+  }
+  if (handle.pid == getpid()) {
+    device::Arena& own = device::arena(handle.device);
+    if (own.handle().token != handle.token) {
+      throw RemoteError("a buffer names this process's arena with a wrong token");
+    }
+    return own.base() + ref.offset;
+  }
+  ArenaMappings& registry = arena_mappings();
+  std::shared_ptr<device::ArenaMapping> mapping;
+  {
+    std::lock_guard<std::mutex> lock(registry.mutex);
+    auto& entry = registry.mappings[{handle.pid, handle.token}];
+    if (!entry) entry = device::ArenaMapping::open(handle);
+    mapping = entry;
+  }
+  if (mapping->capacity() < ref.offset + bytes) {
+    throw RemoteError("a peer's buffer lies outside its arena");
+  }
+  return mapping->base() + ref.offset;
+}
+
+std::string late_ranks(const GroupTransport& transport, uint64_t sequence) {
+  std::string late;
+  for (int r = 0; r < transport.size(); ++r) {
+    if (transport.slot(r).arrived.load(std::memory_order_acquire) < sequence) {
+      late += (late.empty() ? "" : ", ") + std::to_string(r);
+    }
+  }
+  return late;
+}
+
+}  // namespace shmccl::transport

@@ -1,0 +1,115 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// GroupTransport: one process's attachment to a group's control block (see control_block.h).
+// It owns the mapping, watches the peers' processes, and provides the two things collectives are
+// built from: waits that end with an error instead of hanging (deadline, dead peer, abort), and
+// the translation of a peer's BufferRef into an address here (bounds-checked).
+//
+// Waiting: spin briefly (less when ranks outnumber cores), then sleep on the group's futex word.
+// Wakers bump the word only when someone sleeps, so the fast path has no syscall.
+//
+// Thread-safety: a group's collectives run one at a time (on its communication stream), so the
+// wait/arrive functions are used by one thread at a time; abort() and the peer-death callback may
+// run on any thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "transport/control_block.h"
+#include "transport/peer_monitor.h"
+#include "transport/shm_segment.h"
+
+namespace shmccl::transport {
+
+class GroupTransport {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // Group rank 0 creates the control block `name`; the others open it (it must exist).
+  // Neither waits for the peers: call wait_for_all_attached().
+  static std::unique_ptr<GroupTransport> create(const std::string& name, int rank, int size);
+  static std::unique_ptr<GroupTransport> open(const std::string& name, int rank, int size);
+  ~GroupTransport();
+  GroupTransport(const GroupTransport&) = delete;
+  GroupTransport& operator=(const GroupTransport&) = delete;
+
+  // Waits until every rank attached (else TimeoutError naming the missing ranks), removes the
+  // segment's name (nothing is left in /dev/shm from here on) and starts watching the peers.
+  void wait_for_all_attached(Clock::time_point deadline);
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  ControlHeader& header() const { return *header_; }
+  RankSlot& slot(int rank) const { return slots_[rank]; }
+  pid_t peer_pid(int rank) const { return peer_pids_[static_cast<size_t>(rank)]; }
+
+  // Spins, then sleeps until `ready()` holds. Throws RemoteError when the group is aborted or a
+  // peer died, TimeoutError at `deadline`; `describe()` adds what was awaited (late ranks...).
+  template <typename Ready, typename Describe>
+  void wait_until(Ready&& ready, Clock::time_point deadline, Describe&& describe);
+  // Wakes sleepers after a change to shared state they may wait for (cheap when none sleeps).
+  void notify();
+
+  // Marks the group aborted for every member; pending and future waits fail with `reason`.
+  void abort(const std::string& reason);
+  // Throws the group's failure (abort, dead peer) if there is one.
+  void check_healthy() const;
+  bool healthy() const;
+
+  // The address of `ref`'s first byte in this process; checks that `bytes` fit in its arena.
+  // Maps a peer's arena on first use (and keeps it mapped for the process's lifetime).
+  char* resolve(const BufferRef& ref, uint64_t bytes) const;
+
+ private:
+  GroupTransport(ShmSegment segment, int rank, int size);
+  void on_peer_death(pid_t pid);
+  std::string failure_message() const;
+  // The sleeping half of wait_until (after spinning): futex waits with deadline and checks.
+  void sleep_until(bool (*ready)(void*), void* context, Clock::time_point deadline,
+                   std::string (*describe)(void*), void* describe_context);
+  static void cpu_relax() { __builtin_ia32_pause(); }
+
+  ShmSegment segment_;
+  ControlHeader* header_;
+  RankSlot* slots_;
+  const int rank_;
+  const int size_;
+  std::vector<pid_t> peer_pids_;
+  std::vector<PeerMonitor::WatchId> watches_;
+  bool oversubscribed_ = false;
+
+  std::atomic<bool> peer_dead_{false};
+  mutable std::mutex failure_mutex_;
+  std::string peer_death_message_;
+};
+
+template <typename Ready, typename Describe>
+void GroupTransport::wait_until(Ready&& ready, Clock::time_point deadline, Describe&& describe) {
+  // Spin while a core is likely free for the peer; when ranks outnumber cores, spinning only
+  // steals the time slice the peer needs, so give up early and sleep.
+  const int spin_rounds = oversubscribed_ ? 64 : 20000;
+  for (int i = 0; i < spin_rounds; ++i) {
+    if (ready()) [[likely]]
+      return;
+    cpu_relax();
+  }
+  using ReadyType = std::remove_reference_t<Ready>;
+  using DescribeType = std::remove_reference_t<Describe>;
+  sleep_until([](void* context) -> bool { return (*static_cast<ReadyType*>(context))(); }, &ready,
+              deadline,
+              [](void* context) -> std::string { return (*static_cast<DescribeType*>(context))(); },
+              &describe);
+}
+
+// The ranks whose slot has not arrived at `sequence`, as "1, 3" (for error messages).
+std::string late_ranks(const GroupTransport& transport, uint64_t sequence);
+
+}  // namespace shmccl::transport

@@ -1,0 +1,201 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+#include "transport/shm_segment.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "core/check.h"
+#include "core/logging.h"
+#include "transport/file_descriptor.h"
+
+namespace shmccl::transport {
+namespace {
+
+constexpr size_t kMaxNameLength = 255;  // NAME_MAX of /dev/shm entries, plus the leading '/'
+
+// fallocate that retries EINTR (a signal arriving during a large allocation).
+int fallocate_no_eintr(int fd, off_t size) {
+  int result;
+  do {
+    result = ::fallocate(fd, 0, 0, size);
+  } while (result == -1 && errno == EINTR);
+  return result;
+}
+
+bool is_out_of_space(int error_code) {
+  return error_code == ENOSPC || error_code == ENOMEM || error_code == EFBIG;
+}
+
+// Unlinks the half-made segment `name` and throws: OutOfMemoryError when the failure means
+// /dev/shm (or memory) is full, SystemError otherwise.
+[[noreturn]] void fail_creation(const std::string& name, size_t size, const char* what,
+                                int error_code) {
+  ::shm_unlink(name.c_str());
+  if (is_out_of_space(error_code)) {
+    throw OutOfMemoryError(detail::concat("not enough space in /dev/shm for segment ", name, " (",
+                                          size, " bytes): ", what, ": ",
+                                          std::strerror(error_code)));
+  }
+  detail::throw_system_error(detail::concat(what, " for shm segment ", name, " (", size, " bytes)"),
+                             error_code);
+}
+
+}  // namespace
+
+void ShmSegment::validate_name(const std::string& name) {
+  SHMCCL_CHECK_ARG(name.size() >= 2 && name.size() <= kMaxNameLength, "shm segment name '", name,
+                   "' must have 2 to ", kMaxNameLength, " characters, got ", name.size());
+  SHMCCL_CHECK_ARG(name[0] == '/', "shm segment name '", name, "' must start with '/'");
+  SHMCCL_CHECK_ARG(name.find('/', 1) == std::string::npos, "shm segment name '", name,
+                   "' must not contain '/' after the first character");
+  SHMCCL_CHECK_ARG(name.find('\0') == std::string::npos, "shm segment name '", name,
+                   "' must not contain a NUL character");
+  SHMCCL_CHECK_ARG(name != "/." && name != "/..", "shm segment name '", name, "' is reserved");
+}
+
+ShmSegment::ShmSegment(std::string name, void* data, size_t size, UnlinkPolicy policy) noexcept
+    : name_(std::move(name)), data_(data), size_(size), policy_(policy) {}
+
+ShmSegment::ShmSegment(ShmSegment&& other) noexcept
+    : name_(std::move(other.name_)),
+      data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      policy_(other.policy_),
+      unlinked_(other.unlinked_) {
+  other.unlinked_ = true;  // the moved-from object owns nothing, not even the name
+}
+
+ShmSegment& ShmSegment::operator=(ShmSegment&& other) noexcept {
+  if (this != &other) {
+    release();
+    name_ = std::move(other.name_);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    policy_ = other.policy_;
+    unlinked_ = std::exchange(other.unlinked_, true);
+  }
+  return *this;
+}
+
+ShmSegment::~ShmSegment() {
+  release();
+}
+
+void ShmSegment::release() noexcept {
+  if (data_ != nullptr) {
+    ::munmap(data_, size_);
+    data_ = nullptr;
+  }
+  if (policy_ == UnlinkPolicy::kOnDestroy && !unlinked_ && !name_.empty()) {
+    if (::shm_unlink(name_.c_str()) == -1 && errno != ENOENT) {
+      SHMCCL_WARN(kShm, "shm_unlink(", name_, ") failed: ", std::strerror(errno));
+    }
+  }
+  unlinked_ = true;
+}
+
+ShmSegment ShmSegment::create(const std::string& name, size_t size, UnlinkPolicy policy) {
+  validate_name(name);
+  SHMCCL_CHECK_ARG(size > 0, "shm segment ", name, " must have a size > 0");
+  SHMCCL_CHECK_ARG(size <= static_cast<size_t>(std::numeric_limits<off_t>::max()), "shm segment ",
+                   name, " size ", size, " does not fit in off_t");
+
+  FileDescriptor fd(::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600));
+  if (!fd.valid()) {
+    const int error_code = errno;
+    if (error_code == EEXIST) {
+      throw SystemError(detail::concat("shm segment ", name,
+                                       " already exists (created with O_EXCL; another job or a "
+                                       "stale leftover holds the name): ",
+                                       std::strerror(error_code)),
+                        error_code);
+    }
+    detail::throw_system_error(detail::concat("shm_open(", name, ", O_CREAT|O_EXCL, 0600)"),
+                               error_code);
+  }
+  // From here on the name exists: every failure must remove it again.
+  auto fail = [&](const char* what, int error_code) {
+    fail_creation(name, size, what, error_code);
+  };
+  // The umask may have cleared bits of 0600; make the mode exact so the owner can always map it.
+  if (::fchmod(fd.get(), 0600) == -1) fail("fchmod(0600)", errno);
+  if (::ftruncate(fd.get(), static_cast<off_t>(size)) == -1) fail("ftruncate", errno);
+  if (fallocate_no_eintr(fd.get(), static_cast<off_t>(size)) == -1) {
+    const int error_code = errno;
+    if (error_code != EOPNOTSUPP) fail("fallocate", error_code);
+    // Not tmpfs (should not happen for /dev/shm): proceed with a sparse segment.
+    SHMCCL_WARN(kShm, "fallocate is not supported for shm segment ", name,
+                "; a full /dev/shm will show up as SIGBUS instead of an error");
+  }
+  void* data = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  if (data == MAP_FAILED) fail("mmap", errno);
+  SHMCCL_TRACE(kShm, "created shm segment ", name, " (", size, " bytes)");
+  return ShmSegment(name, data, size, policy);
+}
+
+std::optional<ShmSegment> ShmSegment::open_impl(const std::string& name, size_t expected_size,
+                                                UnlinkPolicy policy, bool missing_ok) {
+  validate_name(name);
+  SHMCCL_CHECK_ARG(expected_size > 0, "shm segment ", name, " must have an expected size > 0");
+  FileDescriptor fd(::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0));
+  if (!fd.valid()) {
+    if (errno == ENOENT && missing_ok) return std::nullopt;
+    detail::throw_system_error(detail::concat("shm_open(", name, ", O_RDWR)"), errno);
+  }
+  struct stat info {};
+  SHMCCL_SYSCALL(::fstat(fd.get(), &info), "fstat(shm segment ", name, ")");
+  if (info.st_size < 0 || static_cast<size_t>(info.st_size) != expected_size) {
+    throw RemoteError(detail::concat("shm segment ", name, " has size ", info.st_size,
+                                     " bytes, expected ", expected_size, " bytes"));
+  }
+  void* data = ::mmap(nullptr, expected_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  if (data == MAP_FAILED) {
+    detail::throw_system_error(
+        detail::concat("mmap of shm segment ", name, " (", expected_size, " bytes)"), errno);
+  }
+  SHMCCL_TRACE(kShm, "opened shm segment ", name, " (", expected_size, " bytes)");
+  return ShmSegment(name, data, expected_size, policy);
+}
+
+ShmSegment ShmSegment::open(const std::string& name, size_t expected_size, UnlinkPolicy policy) {
+  return std::move(*open_impl(name, expected_size, policy, /*missing_ok=*/false));
+}
+
+std::optional<ShmSegment> ShmSegment::try_open(const std::string& name, size_t expected_size,
+                                               UnlinkPolicy policy) {
+  return open_impl(name, expected_size, policy, /*missing_ok=*/true);
+}
+
+std::optional<size_t> ShmSegment::size_of(const std::string& name) {
+  validate_name(name);
+  FileDescriptor fd(::shm_open(name.c_str(), O_RDONLY | O_CLOEXEC, 0));
+  if (!fd.valid()) {
+    if (errno == ENOENT) return std::nullopt;
+    detail::throw_system_error(detail::concat("shm_open(", name, ", O_RDONLY)"), errno);
+  }
+  struct stat info {};
+  SHMCCL_SYSCALL(::fstat(fd.get(), &info), "fstat(shm segment ", name, ")");
+  return static_cast<size_t>(info.st_size);
+}
+
+bool ShmSegment::unlink_name(const std::string& name) {
+  validate_name(name);
+  if (::shm_unlink(name.c_str()) == 0) return true;
+  if (errno == ENOENT) return false;
+  detail::throw_system_error(detail::concat("shm_unlink(", name, ")"), errno);
+}
+
+void ShmSegment::unlink() {
+  if (unlinked_ || name_.empty()) return;
+  unlink_name(name_);
+  unlinked_ = true;
+}
+
+}  // namespace shmccl::transport

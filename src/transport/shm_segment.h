@@ -1,0 +1,94 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// ShmSegment: a named POSIX shared-memory segment (/dev/shm/<name>), mapped read-write and shared.
+//
+// Ownership: the object owns the mapping (unmapped in the destructor) and, according to its
+// UnlinkPolicy, the name. The file descriptor is closed as soon as the segment is mapped: a
+// mapping keeps the memory alive by itself, and peers find the segment by name.
+//
+// Safety: segments are created with O_CREAT|O_EXCL and mode 0600, so a name that already exists
+// (another job, a squatter, a stale leftover) is an error rather than silently shared, and other
+// users cannot open it. The whole size is committed with fallocate at creation, so a full
+// /dev/shm is an OutOfMemoryError from create() instead of a SIGBUS on first touch.
+//
+// Thread safety: const accessors may be called concurrently; unlink() and moves need external
+// synchronisation. The mapped memory itself is shared with other processes: whoever lays out
+// data in it documents its own synchronisation.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+
+namespace shmccl::transport {
+
+// Who removes the segment's name.
+enum class UnlinkPolicy {
+  kOnDestroy,  // the destructor unlinks the name (the default for create(): the creator owns it)
+  kManual,     // the name stays until unlink() is called here, by a peer, or by namespace cleanup
+};
+
+class ShmSegment {
+ public:
+  // Creates the segment `name` of exactly `size` bytes (> 0), zero-filled and committed.
+  // Throws InvalidArgument for a bad name or size 0, SystemError (errno EEXIST, naming the
+  // segment) when the name exists, OutOfMemoryError when /dev/shm cannot hold `size` bytes (the
+  // half-made segment is unlinked), SystemError for any other failure.
+  static ShmSegment create(const std::string& name, size_t size,
+                           UnlinkPolicy policy = UnlinkPolicy::kOnDestroy);
+
+  // Opens and maps an existing segment, which must be exactly `expected_size` bytes.
+  // Throws SystemError (ENOENT, EACCES...) naming the segment, RemoteError naming both sizes when
+  // the segment's size differs (it was made by someone with another idea of its layout).
+  static ShmSegment open(const std::string& name, size_t expected_size,
+                         UnlinkPolicy policy = UnlinkPolicy::kManual);
+
+  // Like open(), but returns nullopt when the segment does not exist (ENOENT).
+  static std::optional<ShmSegment> try_open(const std::string& name, size_t expected_size,
+                                            UnlinkPolicy policy = UnlinkPolicy::kManual);
+
+  // The current size of segment `name` without mapping it, or nullopt when it does not exist.
+  // A segment being created by another process may briefly report 0 (between its shm_open and
+  // its ftruncate).
+  static std::optional<size_t> size_of(const std::string& name);
+
+  // Removes `name` from /dev/shm; true when it existed. ENOENT is not an error.
+  static bool unlink_name(const std::string& name);
+
+  // Throws InvalidArgument unless `name` is a valid POSIX shm name for Linux: a leading '/', no
+  // other '/', 2 to 255 characters, and not "/." or "/..".
+  static void validate_name(const std::string& name);
+
+  ShmSegment(ShmSegment&& other) noexcept;
+  ShmSegment& operator=(ShmSegment&& other) noexcept;
+  ShmSegment(const ShmSegment&) = delete;
+  ShmSegment& operator=(const ShmSegment&) = delete;
+  // Unmaps; unlinks the name too under UnlinkPolicy::kOnDestroy (unless unlink() already ran).
+  ~ShmSegment();
+
+  void* data() const noexcept { return data_; }
+  size_t size() const noexcept { return size_; }
+  const std::string& name() const noexcept { return name_; }
+  UnlinkPolicy unlink_policy() const noexcept { return policy_; }
+
+  // Removes the name now (idempotent: later calls, and a name someone else already removed, are
+  // fine). The mapping stays valid until destruction; peers that mapped the segment keep it.
+  void unlink();
+  // Switches to UnlinkPolicy::kManual: the destructor will leave the name in place.
+  void keep() noexcept { policy_ = UnlinkPolicy::kManual; }
+  void set_unlink_policy(UnlinkPolicy policy) noexcept { policy_ = policy; }
+
+ private:
+  ShmSegment(std::string name, void* data, size_t size, UnlinkPolicy policy) noexcept;
+  static std::optional<ShmSegment> open_impl(const std::string& name, size_t expected_size,
+                                             UnlinkPolicy policy, bool missing_ok);
+  void release() noexcept;
+
+  std::string name_;
+  void* data_ = nullptr;
+  size_t size_ = 0;
+  UnlinkPolicy policy_ = UnlinkPolicy::kManual;
+  bool unlinked_ = false;
+};
+
+}  // namespace shmccl::transport

@@ -1,0 +1,303 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// Correctness of every collective over real processes and shared memory, at 1, 2, 3, 4 and 8
+// ranks: random uneven splits (zeros included), every dtype and reduce op, host and NPU tensors,
+// sync and async, in place, both the inline (small) and the work-pool (large) paths.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <random>
+
+#include "collectives/reference.h"
+#include "core/config.h"
+#include "multiprocess.h"
+
+namespace shmccl {
+namespace {
+
+using testing::make_input;
+using testing::require;
+using testing::require_close;
+using testing::str;
+
+constexpr ScalarType kAllTypes[] = {kBool,    kInt8,     kUInt8,   kInt16,   kInt32,
+                                    kInt64,   kFloat16,  kBFloat16, kFloat32, kFloat64};
+constexpr ReduceOp kAllOps[] = {ReduceOp::SUM, ReduceOp::PRODUCT, ReduceOp::MIN, ReduceOp::MAX,
+                                ReduceOp::AVG};
+
+std::vector<int64_t> random_splits(int world, uint64_t seed, int64_t max_rows) {
+  std::mt19937_64 generator(seed);
+  std::vector<int64_t> splits(static_cast<size_t>(world));
+  for (int64_t& rows : splits) {
+    rows = generator() % 4 == 0 ? 0 : static_cast<int64_t>(generator() % (max_rows + 1));
+  }
+  return splits;
+}
+
+int64_t sum(const std::vector<int64_t>& values) {
+  int64_t total = 0;
+  for (int64_t v : values) total += v;
+  return total;
+}
+
+// Small chunks make the work pool split even modest tensors into many pieces; a small inline
+// limit sends all but the smallest collectives through the pool.
+void use_small_chunks() {
+  setenv("SHMCCL_CHUNK_BYTES", "4096", 1);
+  setenv("SHMCCL_INLINE_BYTES", "1024", 1);
+  config::reload();
+}
+
+Device place(bool on_npu) { return on_npu ? Device::npu(npu::current_device()) : Device::cpu(); }
+
+class CollectivesTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(CollectivesTest, AllGatherUneven) {
+  const int world = GetParam();
+  auto results = testing::run_ranks(world, [](const testing::RankContext& ctx) {
+    use_small_chunks();
+    npu::set_device(ctx.rank % npu::device_count());
+    ctx.init();
+    int salt = 0;
+    for (int64_t max_rows : {3, 1500}) {  // inline path and work-pool path
+      for (ScalarType dtype : kAllTypes) {
+        for (int mode = 0; mode < 4; ++mode) {  // bit 0: NPU tensors, bit 1: async
+          ++salt;
+          const bool on_npu = mode & 1;
+          const bool async = mode & 2;
+          const auto splits = random_splits(ctx.world, salt * 31 + max_rows, max_rows);
+          const int64_t cols = 12;
+          Tensor input = make_input(ReduceOp::SUM, dtype, ctx.rank, {splits[ctx.rank], cols}, salt)
+                             .to(place(on_npu));
+          Tensor output = zeros({sum(splits), cols}, dtype, place(on_npu));
+          auto work = all_gather_into_tensor_uneven(output, input, splits, nullptr, async);
+          require(work->wait(), "wait");
+          std::vector<Tensor> pieces;
+          int64_t row = 0;
+          for (int r = 0; r < ctx.world; ++r) {
+            Tensor expected = make_input(ReduceOp::SUM, dtype, r, {splits[r], cols}, salt);
+            require_close(output.narrow(0, row, splits[r]), expected,
+                          str("all_gather uneven dtype ", dtype, " mode ", mode, " rows of rank ", r));
+            row += splits[r];
+          }
+        }
+      }
+    }
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+}
+
+TEST_P(CollectivesTest, ReduceScatterUnevenEveryOpAndDtype) {
+  const int world = GetParam();
+  auto results = testing::run_ranks(world, [](const testing::RankContext& ctx) {
+    use_small_chunks();
+    npu::set_device(ctx.rank % npu::device_count());
+    ctx.init();
+    int salt = 0;
+    for (int64_t max_rows : {2, 1000}) {
+      for (ScalarType dtype : kAllTypes) {
+        for (ReduceOp op : kAllOps) {
+          if (dtype == kBool && op == ReduceOp::AVG) continue;
+          ++salt;
+          const bool on_npu = salt % 2 == 0;
+          const bool async = salt % 3 == 0;
+          const auto splits = random_splits(ctx.world, salt * 17 + max_rows, max_rows);
+          const int64_t cols = 5;
+          const int64_t total = sum(splits);
+          Tensor input = make_input(op, dtype, ctx.rank, {total, cols}, salt).to(place(on_npu));
+          Tensor output = zeros({splits[ctx.rank], cols}, dtype, place(on_npu));
+          auto work = reduce_scatter_tensor_uneven(output, input, splits, op, nullptr, async);
+          work->wait();
+          // Expected: element-wise reduction of every rank's rows for this rank.
+          int64_t first_row = 0;
+          for (int r = 0; r < ctx.rank; ++r) first_row += splits[r];
+          std::vector<double> expected(static_cast<size_t>(splits[ctx.rank] * cols));
+          for (size_t e = 0; e < expected.size(); ++e) {
+            std::vector<double> values;
+            for (int r = 0; r < ctx.world; ++r) {
+              values.push_back(testing::input_value(op, dtype, r, first_row * cols + e, salt));
+            }
+            expected[e] = testing::reduce_values(op, dtype, values);
+          }
+          require_close(output, from_vector<double>(expected, {splits[ctx.rank], cols}).to(dtype),
+                        str("reduce_scatter dtype ", dtype, " op ", op, " splits ", splits.size()));
+        }
+      }
+    }
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+}
+
+TEST_P(CollectivesTest, AllReduceBroadcastBarrier) {
+  const int world = GetParam();
+  auto results = testing::run_ranks(world, [](const testing::RankContext& ctx) {
+    use_small_chunks();
+    npu::set_device(ctx.rank % npu::device_count());
+    ctx.init();
+    int salt = 0;
+    for (int64_t numel : {1, 37, 20000}) {
+      for (ScalarType dtype : {kInt32, kFloat32, kBFloat16, kFloat16, kInt64, kUInt8}) {
+        for (ReduceOp op : kAllOps) {
+          ++salt;
+          const bool on_npu = salt % 2 == 1;
+          Tensor tensor = make_input(op, dtype, ctx.rank, {numel}, salt).to(place(on_npu));
+          all_reduce(tensor, op, nullptr, salt % 3 == 0)->wait();
+          std::vector<double> expected(static_cast<size_t>(numel));
+          for (int64_t e = 0; e < numel; ++e) {
+            std::vector<double> values;
+            for (int r = 0; r < ctx.world; ++r) {
+              values.push_back(testing::input_value(op, dtype, r, e, salt));
+            }
+            expected[static_cast<size_t>(e)] = testing::reduce_values(op, dtype, values);
+          }
+          require_close(tensor, from_vector<double>(expected).to(dtype),
+                        str("all_reduce dtype ", dtype, " op ", op, " numel ", numel));
+        }
+        const int root = salt % ctx.world;
+        Tensor data = make_input(ReduceOp::SUM, dtype, ctx.rank, {numel}, salt)
+                          .to(place(salt % 2 == 0));
+        broadcast(data, root);
+        require_close(data, make_input(ReduceOp::SUM, dtype, root, {numel}, salt),
+                      str("broadcast from ", root));
+      }
+    }
+    for (int i = 0; i < 20; ++i) barrier();
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+}
+
+TEST_P(CollectivesTest, EvenFormsConcatStackAndList) {
+  const int world = GetParam();
+  auto results = testing::run_ranks(world, [](const testing::RankContext& ctx) {
+    use_small_chunks();
+    npu::set_device(ctx.rank % npu::device_count());
+    ctx.init();
+    const int n = ctx.world;
+    for (int64_t rows : {2, 900}) {
+      Tensor input = (arange(rows * 3, kInt64).reshape({rows, 3}) +
+                      full({rows, 3}, static_cast<double>(ctx.rank * rows * 3), kInt64))
+                         .npu();
+      Tensor expected = arange(n * rows * 3, kInt64);
+      Tensor concat = zeros({n * rows, 3}, kInt64).npu();
+      all_gather_into_tensor(concat, input);
+      require_close(concat, expected.reshape({n * rows, 3}), "concat form");
+      Tensor stack = zeros({n, rows, 3}, kInt64).npu();
+      all_gather_into_tensor(stack, input);
+      require_close(stack, expected.reshape({n, rows, 3}), "stack form");
+
+      // The list form with per-rank sizes that differ: rank r contributes r + 1 rows.
+      Tensor mine = full({ctx.rank + 1, 2}, ctx.rank, kFloat32);
+      std::vector<Tensor> outputs;
+      for (int r = 0; r < n; ++r) outputs.push_back(zeros({r + 1, 2}, kFloat32));
+      all_gather(outputs, mine);
+      for (int r = 0; r < n; ++r) require_close(outputs[r], full({r + 1, 2}, r, kFloat32), "list");
+
+      Tensor reduce_input = ones({n * rows, 3}, kFloat32).npu();
+      Tensor reduce_output = zeros({rows, 3}, kFloat32).npu();
+      reduce_scatter_tensor(reduce_output, reduce_input);
+      require_close(reduce_output, full({rows, 3}, n, kFloat32), "reduce_scatter_tensor");
+    }
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+}
+
+TEST_P(CollectivesTest, InPlaceForms) {
+  const int world = GetParam();
+  auto results = testing::run_ranks(world, [](const testing::RankContext& ctx) {
+    use_small_chunks();
+    npu::set_device(ctx.rank % npu::device_count());
+    ctx.init();
+    for (bool on_npu : {true, false}) {
+      for (int64_t max_rows : {3, 9000}) {
+        const auto splits = random_splits(ctx.world, max_rows + on_npu, max_rows);
+        int64_t first = 0;
+        for (int r = 0; r < ctx.rank; ++r) first += splits[r];
+        // All-gather with the input being this rank's rows of the output.
+        Tensor output = zeros({sum(splits)}, kFloat32, place(on_npu));
+        Tensor slice = output.narrow(0, first, splits[ctx.rank]);
+        slice.fill_(ctx.rank + 1);
+        all_gather_into_tensor_uneven(output, slice, splits);
+        int64_t row = 0;
+        for (int r = 0; r < ctx.world; ++r) {
+          require_close(output.narrow(0, row, splits[r]), full({splits[r]}, r + 1, kFloat32),
+                        "in-place all_gather");
+          row += splits[r];
+        }
+        // Reduce-scatter with the output being this rank's rows of the input.
+        Tensor input = full({sum(splits)}, 2, kFloat32, place(on_npu));
+        Tensor mine = input.narrow(0, first, splits[ctx.rank]);
+        reduce_scatter_tensor_uneven(mine, input, splits);
+        require_close(mine, full({splits[ctx.rank]}, 2 * ctx.world, kFloat32), "in-place rs");
+      }
+    }
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+}
+
+TEST_P(CollectivesTest, ManyAsyncInFlightCompleteInOrder) {
+  const int world = GetParam();
+  auto results = testing::run_ranks(world, [](const testing::RankContext& ctx) {
+    npu::set_device(ctx.rank % npu::device_count());
+    ctx.init();
+    constexpr int kInFlight = 32;
+    std::vector<Tensor> tensors;
+    std::vector<std::shared_ptr<Work>> works;
+    for (int i = 0; i < kInFlight; ++i) {
+      tensors.push_back(full({(i % 4) * 3000 + 1}, i + ctx.rank, kFloat32).npu());
+      works.push_back(all_reduce(tensors.back(), ReduceOp::SUM, nullptr, /*async_op=*/true));
+    }
+    // Completion in order: when the last is done, every earlier one is too.
+    works.back()->wait();
+    for (int i = 0; i < kInFlight; ++i) require(works[i]->is_completed(), str("work ", i));
+    for (int i = 0; i < kInFlight; ++i) {
+      require(works[i]->is_success(), "success");
+      const double expected = ctx.world * i + ctx.world * (ctx.world - 1) / 2.0;
+      require_close(tensors[i], full({(i % 4) * 3000 + 1}, expected, kFloat32), str("op ", i));
+    }
+    // Work::synchronize orders the current stream after the collective.
+    Tensor t = ones({50000}, kFloat32).npu();
+    auto work = all_reduce(t, ReduceOp::SUM, nullptr, true);
+    work->synchronize();
+    Tensor doubled = t + t;
+    require_close(doubled, full({50000}, 2.0 * ctx.world, kFloat32), "synchronize");
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+}
+
+TEST_P(CollectivesTest, SubGroupsLiveTogether) {
+  const int world = GetParam();
+  if (world < 2) GTEST_SKIP() << "needs two ranks";
+  auto results = testing::run_ranks(world, [](const testing::RankContext& ctx) {
+    npu::set_device(ctx.rank % npu::device_count());
+    ctx.init();
+    std::vector<int> evens, odds;
+    for (int r = 0; r < ctx.world; ++r) (r % 2 ? odds : evens).push_back(r);
+    auto even_group = new_group(evens);
+    auto odd_group = new_group(odds);
+    auto mine = ctx.rank % 2 ? odd_group : even_group;
+    require(mine != nullptr, "member of its group");
+    require((ctx.rank % 2 ? even_group : odd_group) == nullptr, "not a member of the other");
+    require(group_from_comm_name(mine->comm_name()) == mine, "comm_name resolves");
+    for (int i = 0; i < 5; ++i) {
+      Tensor t = full({10000}, ctx.rank, kInt64).npu();
+      all_reduce(t, ReduceOp::SUM, mine);
+      int64_t expected = 0;
+      for (int r : (ctx.rank % 2 ? odds : evens)) expected += r;
+      require_close(t, full({10000}, expected, kInt64), "sub-group all_reduce");
+      Tensor w = ones({3}, kInt32).npu();
+      all_reduce(w);  // the default group, interleaved
+      require_close(w, full({3}, ctx.world, kInt32), "world all_reduce");
+    }
+    Tensor b = full({4}, ctx.rank, kInt32).npu();
+    const int root = ctx.rank % 2 ? odds.back() : evens.back();
+    broadcast(b, root, mine);
+    require_close(b, full({4}, root, kInt32), "broadcast with a global src in a sub-group");
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesTest, ::testing::Values(1, 2, 3, 4, 8),
+                         [](const auto& info) { return "world" + std::to_string(info.param); });
+
+}  // namespace
+}  // namespace shmccl

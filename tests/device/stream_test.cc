@@ -1,0 +1,502 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// Streams and events: ordering, inline run_sync, error propagation, cross-stream event waits,
+// re-recorded events, timing, destruction. Races are closed with promises and latches; the only
+// timed waits are bounded probes that something has NOT happened yet.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <latch>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "device/stream_impl.h"
+#include "shmccl/error.hpp"
+#include "shmccl/npu.hpp"
+
+namespace shmccl::npu {
+namespace {
+
+using detail::StreamImpl;
+using namespace std::chrono_literals;
+
+// How long a probe waits before concluding that something did not happen. A broken
+// implementation would usually be caught well within it.
+constexpr auto kProbe = 20ms;
+
+std::shared_ptr<StreamImpl> make_impl(uint64_t id = 1) {
+  return std::make_shared<StreamImpl>(0, id);
+}
+
+Stream make_stream(uint64_t id = 1) {
+  return Stream(make_impl(id));
+}
+
+// Blocks a stream until open() is called. Opening twice is harmless.
+class Gate {
+ public:
+  Gate() : future_(promise_.get_future().share()) {}
+  ~Gate() { open(); }
+  std::function<void()> task() {
+    return [future = future_] { future.wait(); };
+  }
+  void open() {
+    if (!opened_.exchange(true)) promise_.set_value();
+  }
+  bool is_open() const { return opened_.load(); }
+
+ private:
+  std::promise<void> promise_;
+  std::shared_future<void> future_;
+  std::atomic<bool> opened_{false};
+};
+
+TEST(StreamImplTest, RunsTasksFromManyProducersInOrder) {
+  static constexpr int kProducers = 4;
+  static constexpr int kPerProducer = 2500;  // 10k tasks per stream
+  std::vector<std::shared_ptr<StreamImpl>> streams = {make_impl(1), make_impl(2)};
+  // Written only by the stream's worker (tasks run one at a time), read after synchronize().
+  std::vector<std::vector<int>> seen(streams.size());
+  std::latch start(kProducers * static_cast<int>(streams.size()));
+  std::vector<std::thread> producers;
+  for (size_t s = 0; s < streams.size(); ++s) {
+    for (int p = 0; p < kProducers; ++p) {
+      producers.emplace_back([&, s, p] {
+        start.arrive_and_wait();
+        for (int i = 0; i < kPerProducer; ++i) {
+          streams[s]->enqueue(
+              [&seen, s, value = p * kPerProducer + i] { seen[s].push_back(value); });
+        }
+      });
+    }
+  }
+  for (auto& producer : producers)
+    producer.join();
+  for (size_t s = 0; s < streams.size(); ++s) {
+    streams[s]->synchronize();
+    EXPECT_TRUE(streams[s]->idle());
+    ASSERT_EQ(seen[s].size(), static_cast<size_t>(kProducers * kPerProducer));
+    std::vector<int> last(kProducers, -1);
+    for (int value : seen[s]) {
+      const int producer = value / kPerProducer;
+      EXPECT_GT(value, last[producer]) << "producer " << producer << " reordered";
+      last[producer] = value;
+    }
+  }
+}
+
+TEST(StreamImplTest, RunSyncOnIdleStreamRunsOnCallerThread) {
+  auto stream = make_impl();
+  std::thread::id ran_on;
+  stream->run_sync([&] { ran_on = std::this_thread::get_id(); });
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
+  EXPECT_TRUE(stream->idle());
+
+  // Also after the worker exists and has gone idle again.
+  stream->enqueue([] {});
+  stream->synchronize();
+  stream->run_sync([&] { ran_on = std::this_thread::get_id(); });
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
+}
+
+TEST(StreamImplTest, RunSyncQueuesBehindPendingWork) {
+  auto stream = make_impl();
+  Gate gate;
+  std::vector<char> order;  // appended by tasks, which the stream runs one at a time
+  stream->enqueue(gate.task());
+  stream->enqueue([&] { order.push_back('a'); });
+  std::thread::id ran_on;
+  std::thread caller([&] {
+    stream->run_sync([&] {
+      ran_on = std::this_thread::get_id();
+      order.push_back('s');
+    });
+  });
+  const std::thread::id caller_id = caller.get_id();
+  // Open the gate only once run_sync has queued its task (gate, 'a', run_sync's wrapper).
+  while (stream->pending() < 3)
+    std::this_thread::yield();
+  gate.open();
+  caller.join();
+  EXPECT_EQ(order, (std::vector<char>{'a', 's'}));
+  EXPECT_NE(ran_on, caller_id);
+}
+
+TEST(StreamImplTest, WorkQueuedDuringInlineRunSyncWaitsForIt) {
+  auto stream = make_impl();
+  std::promise<void> other_ran;
+  auto other_ran_future = other_ran.get_future();
+  std::vector<char> order;
+  stream->run_sync([&] {
+    // Another thread queues work while the inline task runs: it must stay behind us.
+    std::thread([&] {
+      stream->enqueue([&] {
+        order.push_back('o');
+        other_ran.set_value();
+      });
+    }).join();
+    EXPECT_FALSE(stream->idle());
+    EXPECT_EQ(other_ran_future.wait_for(kProbe), std::future_status::timeout);
+    order.push_back('i');
+  });
+  stream->synchronize();
+  EXPECT_EQ(order, (std::vector<char>{'i', 'o'}));
+}
+
+TEST(StreamImplTest, SynchronizeWaitsForInlineRunSync) {
+  auto stream = make_impl();
+  std::promise<void> entered;
+  Gate gate;
+  std::atomic<bool> finished{false};
+  std::thread runner([&] {
+    stream->run_sync([&] {
+      entered.set_value();
+      gate.task()();
+      finished = true;
+    });
+  });
+  entered.get_future().wait();
+  EXPECT_FALSE(stream->synchronize_for(kProbe));
+  gate.open();
+  stream->synchronize();
+  EXPECT_TRUE(finished);
+  runner.join();
+}
+
+TEST(StreamImplTest, RunSyncNestedInOwnTaskRunsAtOnce) {
+  auto stream = make_impl();
+  int value = 0;
+  stream->enqueue([&] { stream->run_sync([&] { value = 1; }); });
+  stream->run_sync([&] { stream->run_sync([&] { value += 1; }); });  // inline, nested
+  stream->synchronize();
+  EXPECT_EQ(value, 2);
+  // synchronize() from its own task would wait for itself: refused, stored as the task's error.
+  stream->enqueue([&] { stream->synchronize(); });
+  EXPECT_THROW(stream->synchronize(), InvalidArgument);
+}
+
+TEST(StreamImplTest, ErrorIsStoredRethrownAtSynchronizeAndCleared) {
+  auto stream = make_impl();
+  bool later_ran = false;
+  stream->enqueue([] { throw std::runtime_error("first"); });
+  stream->enqueue([] { throw std::runtime_error("second"); });
+  stream->enqueue([&] { later_ran = true; });
+  try {
+    stream->synchronize();
+    ADD_FAILURE() << "synchronize() did not rethrow";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "first");
+  }
+  EXPECT_TRUE(later_ran);
+  EXPECT_NO_THROW(stream->synchronize());
+}
+
+TEST(StreamImplTest, RunSyncPropagatesItsOwnErrorOnly) {
+  auto stream = make_impl();
+  // Inline.
+  EXPECT_THROW(stream->run_sync([] { throw std::logic_error("inline"); }), std::logic_error);
+  EXPECT_NO_THROW(stream->synchronize());
+  // Queued behind pending work.
+  Gate gate;
+  stream->enqueue(gate.task());
+  std::thread opener([&] {
+    while (stream->pending() < 2)
+      std::this_thread::yield();  // run_sync has queued its task
+    gate.open();
+  });
+  EXPECT_THROW(stream->run_sync([] { throw std::logic_error("queued"); }), std::logic_error);
+  opener.join();
+  EXPECT_NO_THROW(stream->synchronize());
+  // A stored error of earlier work stays stored for synchronize().
+  stream->enqueue([] { throw std::runtime_error("stored"); });
+  EXPECT_NO_THROW(stream->run_sync([] {}));
+  EXPECT_THROW(stream->synchronize(), std::runtime_error);
+}
+
+TEST(StreamImplTest, SynchronizeForTimesOut) {
+  auto stream = make_impl();
+  EXPECT_TRUE(stream->synchronize_for(0ns));
+  Gate gate;
+  stream->enqueue(gate.task());
+  EXPECT_FALSE(stream->synchronize_for(kProbe));
+  EXPECT_FALSE(stream->idle());
+  gate.open();
+  EXPECT_TRUE(stream->synchronize_for(std::chrono::nanoseconds::max()));
+  EXPECT_TRUE(stream->idle());
+}
+
+TEST(StreamImplTest, DestructionDrainsPendingWork) {
+  static constexpr int kTasks = 1000;
+  std::atomic<int> ran{0};
+  Gate gate;
+  std::latch destroying(1);
+  std::thread opener([&] {
+    destroying.wait();
+    gate.open();
+  });
+  {
+    auto stream = make_impl();
+    stream->enqueue(gate.task());
+    for (int i = 0; i < kTasks; ++i)
+      stream->enqueue([&] { ran.fetch_add(1); });
+    destroying.count_down();
+  }  // the destructor waits for the gate, then for every task
+  EXPECT_EQ(ran.load(), kTasks);
+  opener.join();
+}
+
+TEST(StreamImplTest, LastHandleDroppedByOwnTask) {
+  Gate gate;
+  std::promise<void> drained;
+  auto drained_future = drained.get_future();
+  {
+    Stream stream = make_stream();
+    // The first task holds a handle; the second must still run after that handle, the last,
+    // is released on the worker thread.
+    stream.impl()->enqueue([keep = stream, task = gate.task()] { task(); });
+    stream.impl()->enqueue([&] { drained.set_value(); });
+  }
+  gate.open();
+  drained_future.wait();
+}
+
+TEST(StreamImplTest, ManyStreams) {
+  static constexpr size_t kStreams = 32;
+  static constexpr int kTasks = 200;
+  std::vector<Stream> streams;
+  // counts[i] is written by stream i's tasks and read by stream i + 1's after the event wait.
+  std::vector<int> counts(kStreams, 0);
+  for (size_t i = 0; i < kStreams; ++i)
+    streams.push_back(make_stream(i + 1));
+  // A chain: each stream starts its work only after the previous stream's work is done.
+  Gate gate;
+  streams[0].impl()->enqueue(gate.task());
+  for (size_t i = 0; i < kStreams; ++i) {
+    if (i > 0) streams[i].wait_event(streams[i - 1].record_event());
+    for (int t = 0; t < kTasks; ++t) {
+      streams[i].impl()->enqueue([&counts, i] {
+        if (i > 0) {
+          EXPECT_EQ(counts[i - 1], kTasks);
+        }
+        ++counts[i];
+      });
+    }
+  }
+  gate.open();
+  for (auto& stream : streams)
+    stream.synchronize();
+  for (int count : counts)
+    EXPECT_EQ(count, kTasks);
+}
+
+TEST(StreamTest, WrapsImpl) {
+  auto impl = std::make_shared<StreamImpl>(3, 42);
+  Stream stream(impl);
+  EXPECT_EQ(stream.device(), 3);
+  EXPECT_EQ(stream.id(), 42u);
+  EXPECT_TRUE(stream.query());
+  EXPECT_EQ(stream, Stream(impl));
+  EXPECT_NE(stream, make_stream(43));
+  Gate gate;
+  impl->enqueue(gate.task());
+  EXPECT_FALSE(stream.query());
+  gate.open();
+  stream.synchronize();
+  EXPECT_TRUE(stream.query());
+}
+
+TEST(StreamTest, NewStreamsOnDevice) {
+  Stream first(0);
+  Stream second(0);
+  EXPECT_EQ(first.device(), 0);
+  EXPECT_NE(first.id(), second.id());
+  EXPECT_NE(first, second);
+  EXPECT_TRUE(first.query());
+}
+
+TEST(EventTest, RecordWithoutStreamUsesCurrentStream) {
+  Stream stream(0);
+  Gate gate;
+  stream.impl()->enqueue(gate.task());
+  Event event;
+  {
+    StreamGuard guard(stream);
+    event.record();
+  }
+  EXPECT_FALSE(event.query());  // queued behind the gate on `stream`, not on the default stream
+  gate.open();
+  stream.synchronize();
+  EXPECT_TRUE(event.query());
+}
+
+TEST(EventTest, NeverRecordedCountsAsCompleted) {
+  Event event;
+  EXPECT_TRUE(event.query());
+  event.synchronize();
+  Stream stream = make_stream();
+  event.wait(stream);  // nothing to wait for
+  EXPECT_TRUE(stream.query());
+}
+
+TEST(EventTest, QueryAndSynchronize) {
+  Stream stream = make_stream();
+  // On an idle stream the record completes at once.
+  Event idle_event = stream.record_event();
+  EXPECT_TRUE(idle_event.query());
+
+  Gate gate;
+  stream.impl()->enqueue(gate.task());
+  Event event = stream.record_event();
+  EXPECT_FALSE(event.query());
+  std::thread opener([&] { gate.open(); });
+  event.synchronize();
+  EXPECT_TRUE(event.query());
+  opener.join();
+}
+
+TEST(EventTest, SynchronizeRethrowsErrorsOfEarlierWork) {
+  Stream stream = make_stream();
+  stream.impl()->enqueue([] { throw std::runtime_error("boom"); });
+  Event event = stream.record_event();
+  EXPECT_THROW(event.synchronize(), std::runtime_error);
+  EXPECT_THROW(stream.synchronize(), std::runtime_error);  // still stored in the stream
+  Event clean = stream.record_event();
+  EXPECT_NO_THROW(clean.synchronize());
+}
+
+TEST(EventTest, CrossStreamWaitBlocksUntilRecordCompletes) {
+  Stream a = make_stream(1);
+  Stream b = make_stream(2);
+  Gate gate;
+  std::atomic<bool> b_ran{false};
+  bool b_saw_gate_open = false;
+  a.impl()->enqueue(gate.task());
+  Event event = a.record_event();
+  b.wait_event(event);
+  b.impl()->enqueue([&] {
+    b_saw_gate_open = gate.is_open();
+    b_ran = true;
+  });
+  EXPECT_FALSE(b.impl()->synchronize_for(kProbe));
+  EXPECT_FALSE(b_ran);
+  EXPECT_FALSE(event.query());
+  gate.open();
+  b.synchronize();
+  EXPECT_TRUE(b_ran);
+  EXPECT_TRUE(b_saw_gate_open);
+  EXPECT_TRUE(event.query());
+}
+
+TEST(EventTest, ReRecordDoesNotAffectEarlierWait) {
+  Stream a = make_stream(1);
+  Stream b = make_stream(2);
+  Stream c = make_stream(3);
+  Gate gate_a;
+  Gate gate_c;
+  a.impl()->enqueue(gate_a.task());
+  c.impl()->enqueue(gate_c.task());
+  Event event;
+  event.record(a);  // generation 1, pending on a
+  b.wait_event(event);
+  std::atomic<bool> b_ran{false};
+  b.impl()->enqueue([&] { b_ran = true; });
+  event.record(c);  // generation 2, pending on c
+  EXPECT_FALSE(event.query());
+
+  // Generation 2 completing does not release the wait on generation 1.
+  gate_c.open();
+  c.synchronize();
+  EXPECT_TRUE(event.query());
+  EXPECT_FALSE(b.impl()->synchronize_for(kProbe));
+  EXPECT_FALSE(b_ran);
+
+  // Generation 1's marker completing late does not disturb the event's state either.
+  gate_a.open();
+  b.synchronize();
+  EXPECT_TRUE(b_ran);
+  a.synchronize();
+  EXPECT_TRUE(event.query());
+}
+
+TEST(EventTest, WaitCapturesGenerationAtCallTime) {
+  Stream a = make_stream(1);
+  Stream b = make_stream(2);
+  Event event;
+  event.record(a);      // completes at once: a is idle
+  b.wait_event(event);  // nothing to wait for
+  Gate gate;
+  a.impl()->enqueue(gate.task());
+  event.record(a);  // a later record must not block the earlier wait
+  std::atomic<bool> b_ran{false};
+  std::promise<void> ran;
+  b.impl()->enqueue([&] {
+    b_ran = true;
+    ran.set_value();
+  });
+  ran.get_future().wait();
+  EXPECT_FALSE(event.query());
+  gate.open();
+  event.synchronize();
+}
+
+TEST(EventTest, ElapsedTimeCoversWork) {
+  Stream stream = make_stream();
+  Event start(true);
+  Event end(true);
+  std::chrono::steady_clock::duration work{};
+  start.record(stream);
+  stream.impl()->enqueue([&] {
+    const auto begin = std::chrono::steady_clock::now();
+    std::this_thread::sleep_for(5ms);  // the work being timed
+    work = std::chrono::steady_clock::now() - begin;
+  });
+  end.record(stream);
+  end.synchronize();
+  const float work_ms = std::chrono::duration<float, std::milli>(work).count();
+  const float elapsed = start.elapsed_time(end);
+  EXPECT_GE(elapsed, work_ms * 0.999f);
+  EXPECT_GE(elapsed, 5.0f * 0.999f);
+  EXPECT_LT(elapsed, 5000.0f);
+  EXPECT_FLOAT_EQ(start.elapsed_time(start), 0.0f);
+}
+
+TEST(EventTest, ElapsedTimeErrors) {
+  Stream stream = make_stream();
+  Event timed(true);
+  Event untimed;
+  Event never_recorded(true);
+  timed.record(stream);
+  untimed.record(stream);
+  stream.synchronize();
+  EXPECT_THROW(timed.elapsed_time(untimed), InvalidArgument);
+  EXPECT_THROW(untimed.elapsed_time(timed), InvalidArgument);
+  EXPECT_THROW(timed.elapsed_time(never_recorded), InvalidArgument);
+  try {
+    never_recorded.elapsed_time(timed);
+    ADD_FAILURE() << "no InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("never recorded"), std::string::npos) << e.what();
+  }
+
+  Gate gate;
+  stream.impl()->enqueue(gate.task());
+  Event pending(true);
+  pending.record(stream);
+  try {
+    timed.elapsed_time(pending);
+    ADD_FAILURE() << "no InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("not completed"), std::string::npos) << e.what();
+  }
+  gate.open();
+  pending.synchronize();
+  EXPECT_GE(timed.elapsed_time(pending), 0.0f);
+}
+
+}  // namespace
+}  // namespace shmccl::npu

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# usage: run_install_test.sh BUILD_DIR CONSUMER_SOURCE WORK_DIR [SANITIZER]
+set -euo pipefail
+build_dir=$1 consumer=$2 work=$3 sanitize=${4:-}
+rm -rf "$work"
+prefix="$work/prefix"
+cmake --install "$build_dir" --prefix "$prefix" >/dev/null
+
+for path in include/shmccl/shmccl.hpp lib/libshmccl.so lib/libshmccl.a \
+            lib/cmake/shmccl/shmcclConfig.cmake lib/pkgconfig/shmccl.pc; do
+  [ -e "$prefix/$path" ] || { echo "missing from the install: $path" >&2; exit 1; }
+done
+
+flags=""
+case "$sanitize" in
+  address) flags="-fsanitize=address,undefined" ;;
+  thread) flags="-fsanitize=thread" ;;
+esac
+
+# 1. find_package(shmccl)
+cmake -S "$consumer" -B "$work/cmake-build" -DCMAKE_PREFIX_PATH="$prefix" \
+      -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="$flags" >/dev/null
+cmake --build "$work/cmake-build" >/dev/null
+LD_LIBRARY_PATH="$prefix/lib" "$work/cmake-build/consumer"
+
+# 2. pkg-config
+PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --exists shmccl
+g++ $flags $(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags shmccl) \
+    "$consumer/main.cc" -o "$work/pkg-consumer" \
+    $(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --libs shmccl)
+LD_LIBRARY_PATH="$prefix/lib" "$work/pkg-consumer"
+echo "install test passed"

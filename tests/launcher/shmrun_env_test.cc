@@ -1,0 +1,108 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// End to end: the environment shmrun gives every rank (the contract with init_process_group).
+#include <sched.h>
+
+#include <map>
+
+#include "shmrun_harness.h"
+
+namespace shmccl::launcher::testing {
+namespace {
+
+// rank -> (NAME -> value), from the "[rankN]:NAME=value" lines of `test_worker env`.
+std::map<int, std::map<std::string, std::string>> parse_env(const std::string& out) {
+  std::map<int, std::map<std::string, std::string>> by_rank;
+  const std::regex line(R"(\[rank(\d+)\]:([A-Z_]+)=(.*))");
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), line); it != std::sregex_iterator();
+       ++it) {
+    by_rank[std::stoi((*it)[1])][(*it)[2]] = (*it)[3];
+  }
+  return by_rank;
+}
+
+class EnvTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(EnvTest, EveryRankGetsTheLauncherVariables) {
+  const int world = GetParam();
+  Shmrun shmrun({"-v", "--nproc-per-node", std::to_string(world), "--run-id=job_7", "--timeout",
+                 "90s", kWorker, "env"});
+  const RunResult result = shmrun.wait();
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const auto env = parse_env(result.out);
+  ASSERT_EQ(env.size(), static_cast<size_t>(world)) << result.out;
+  std::set<std::string> namespaces_seen;
+  for (int rank = 0; rank < world; ++rank) {
+    const auto& vars = env.at(rank);
+    EXPECT_EQ(vars.at("RANK"), std::to_string(rank));
+    EXPECT_EQ(vars.at("LOCAL_RANK"), std::to_string(rank));
+    EXPECT_EQ(vars.at("ROLE_RANK"), std::to_string(rank));
+    EXPECT_EQ(vars.at("WORLD_SIZE"), std::to_string(world));
+    EXPECT_EQ(vars.at("LOCAL_WORLD_SIZE"), std::to_string(world));
+    EXPECT_EQ(vars.at("ROLE_WORLD_SIZE"), std::to_string(world));
+    EXPECT_EQ(vars.at("GROUP_RANK"), "0");
+    EXPECT_EQ(vars.at("MASTER_ADDR"), "127.0.0.1");
+    EXPECT_EQ(vars.at("MASTER_PORT"), "29500");
+    EXPECT_EQ(vars.at("TORCHELASTIC_RESTART_COUNT"), "0");
+    EXPECT_EQ(vars.at("TORCHELASTIC_MAX_RESTARTS"), "0");
+    EXPECT_EQ(vars.at("TORCHELASTIC_RUN_ID"), "job_7");
+    EXPECT_EQ(vars.at("SHMCCL_JOB_ID"), "job_7");
+    EXPECT_EQ(vars.at("SHMCCL_TIMEOUT"), "90");
+    EXPECT_EQ(vars.at("SHMCCL_LAUNCHER_PID"), std::to_string(shmrun.pid()));
+    EXPECT_EQ(vars.at("PPID"), std::to_string(shmrun.pid()));
+    EXPECT_NE(vars.at("SHMCCL_LOCK_FD"), "<unset>");
+    EXPECT_TRUE(std::regex_match(vars.at("SHMCCL_NAMESPACE"), std::regex("job_7-[0-9a-f]{16}")))
+        << vars.at("SHMCCL_NAMESPACE");
+    namespaces_seen.insert(vars.at("SHMCCL_NAMESPACE"));
+  }
+  EXPECT_EQ(namespaces_seen.size(), 1u) << "ranks of one job must share the namespace";
+  expect_shm_clean(namespaces(result.err));
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, EnvTest, ::testing::Values(2, 4));
+
+TEST(Env, DefaultsMatchTorchrun) {
+  const RunResult result = run_shmrun({kWorker, "env"}, {"SHMCCL_TIMEOUT=7"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const auto env = parse_env(result.out);
+  ASSERT_EQ(env.size(), 1u);
+  EXPECT_EQ(env.at(0).at("WORLD_SIZE"), "1");
+  EXPECT_EQ(env.at(0).at("TORCHELASTIC_RUN_ID"), "none");
+  EXPECT_EQ(env.at(0).at("SHMCCL_TIMEOUT"), "7") << "an inherited value passes through";
+}
+
+TEST(Env, StandaloneGetsARandomJobIdAndAFreePort) {
+  const RunResult result = run_shmrun({"--standalone", "--nproc_per_node=2", kWorker, "env"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const auto env = parse_env(result.out);
+  ASSERT_EQ(env.size(), 2u);
+  EXPECT_NE(env.at(0).at("TORCHELASTIC_RUN_ID"), "none");
+  EXPECT_EQ(env.at(0).at("TORCHELASTIC_RUN_ID"), env.at(1).at("TORCHELASTIC_RUN_ID"));
+  EXPECT_EQ(env.at(0).at("MASTER_PORT"), env.at(1).at("MASTER_PORT"));
+  const int port = std::stoi(env.at(0).at("MASTER_PORT"));
+  EXPECT_GT(port, 0);
+  EXPECT_LT(port, 65536);
+}
+
+TEST(Env, AutoStartsOneRankPerUsableCore) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  const RunResult result = run_shmrun({"--nproc-per-node", "auto", kWorker, "env"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const auto env = parse_env(result.out);
+  ASSERT_EQ(env.size(), static_cast<size_t>(CPU_COUNT(&set)));
+  EXPECT_EQ(env.at(0).at("WORLD_SIZE"), std::to_string(CPU_COUNT(&set)));
+}
+
+TEST(Env, MasterAddressAndPortAreConfigurable) {
+  const RunResult result =
+      run_shmrun({"--master_addr", "10.1.2.3", "--master-port=1234", "--", kWorker, "env"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const auto env = parse_env(result.out);
+  EXPECT_EQ(env.at(0).at("MASTER_ADDR"), "10.1.2.3");
+  EXPECT_EQ(env.at(0).at("MASTER_PORT"), "1234");
+}
+
+}  // namespace
+}  // namespace shmccl::launcher::testing

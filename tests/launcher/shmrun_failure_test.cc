@@ -1,0 +1,146 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// End to end: what shmrun does when a rank fails or shmrun itself is signalled. Every case also
+// checks that no rank outlives shmrun and that /dev/shm holds nothing of the job afterwards.
+#include <filesystem>
+#include <fstream>
+
+#include "shmrun_harness.h"
+
+namespace shmccl::launcher::testing {
+namespace {
+
+constexpr auto kGone = std::chrono::milliseconds(5000);
+
+void expect_ranks_gone(const std::string& err, size_t expected) {
+  const std::vector<pid_t> pids = rank_pids(err);
+  EXPECT_EQ(pids.size(), expected) << err;
+  for (pid_t pid : pids) EXPECT_TRUE(process_gone(pid, kGone)) << "rank pid " << pid << " alive";
+}
+
+TEST(Failure, ARankExitingNonZeroStopsTheOthersAndSetsTheExitCode) {
+  const RunResult result =
+      run_shmrun({"-v", "--nproc-per-node", "3", kWorker, "exit", "3", "1"});
+  EXPECT_EQ(result.exit_code, 3) << result.err;
+  expect_ranks_gone(result.err, 3);
+  EXPECT_NE(result.err.find("Root Cause (first observed failure)"), std::string::npos);
+  EXPECT_TRUE(std::regex_search(result.err, std::regex(R"(Root Cause[^]*rank +: 1 \(local_rank: 1\)\n +exitcode +: 3 \(pid: \d+\))")))
+      << result.err;
+  expect_shm_clean(namespaces(result.err));
+}
+
+TEST(Failure, ARankKilledBySigkillIsNamedInTheSummary) {
+  const RunResult result = run_shmrun({"-v", "--nproc-per-node=2", kWorker, "signal", "9", "1"});
+  EXPECT_EQ(result.exit_code, 128 + 9) << result.err;
+  expect_ranks_gone(result.err, 2);
+  EXPECT_TRUE(std::regex_search(result.err, std::regex(R"(Root Cause[^]*rank +: 1 \(local_rank: 1\)\n +exitcode +: -9 \(pid: \d+\)\n +error +: Signal 9 \(SIGKILL\))")))
+      << result.err;
+  expect_shm_clean(namespaces(result.err));
+}
+
+TEST(Failure, TheSummaryNamesLogAndTraceFiles) {
+  const std::string dir = std::filesystem::temp_directory_path() / ("shmrun_summary_" +
+                                                                    std::to_string(getpid()));
+  const RunResult result =
+      run_shmrun({"--log-dir", dir, "--nproc-per-node=2", kWorker, "exit", "5", "0"},
+                 {"SHMCCL_TRACE_FILE=/tmp/flight"});
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(result.exit_code, 5) << result.err;
+  EXPECT_NE(result.err.find("log_file   : " + dir + "/rank0.log"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("trace_file : /tmp/flight.0"), std::string::npos) << result.err;
+}
+
+class SignalToShmrun : public ::testing::TestWithParam<int> {};
+
+TEST_P(SignalToShmrun, StopsEveryRankAndExitsWith128PlusTheSignal) {
+  Shmrun shmrun({"-v", "--nproc-per-node", "2", kWorker, "sleep"});
+  ASSERT_TRUE(shmrun.read_until([](const std::string& out) { return Shmrun::has_ready_lines(out, 2); }))
+      << shmrun.out() << shmrun.err();
+  shmrun.send(GetParam());
+  const RunResult result = shmrun.wait();
+  EXPECT_EQ(result.exit_code, 128 + GetParam()) << result.err;
+  expect_ranks_gone(result.err, 2);
+  expect_shm_clean(namespaces(result.err));
+}
+
+INSTANTIATE_TEST_SUITE_P(IntAndTerm, SignalToShmrun, ::testing::Values(SIGINT, SIGTERM));
+
+TEST(Failure, ARankIgnoringSigtermIsKilledAfterTheGracePeriod) {
+  const auto start = std::chrono::steady_clock::now();
+  Shmrun shmrun({"-v", "--grace-period", "300ms", "--nproc-per-node", "2", kWorker, "ignore-term"});
+  ASSERT_TRUE(shmrun.read_until([](const std::string& out) { return Shmrun::has_ready_lines(out, 2); }));
+  shmrun.send(SIGINT);
+  const RunResult result = shmrun.wait();
+  EXPECT_EQ(result.exit_code, 130) << result.err;
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(300));
+  EXPECT_NE(result.err.find("grace period over: SIGKILL to 2 ranks"), std::string::npos)
+      << result.err;
+  expect_ranks_gone(result.err, 2);
+  expect_shm_clean(namespaces(result.err));
+}
+
+TEST(Failure, ASecondSignalKillsAtOnce) {
+  Shmrun shmrun({"-v", "--grace-period", "60", "--nproc-per-node", "2", kWorker, "ignore-term"});
+  ASSERT_TRUE(shmrun.read_until([](const std::string& out) { return Shmrun::has_ready_lines(out, 2); }));
+  shmrun.send(SIGTERM);
+  shmrun.send(SIGINT);
+  const RunResult result = shmrun.wait();  // well before the 60 s grace period
+  // Both may be pending at once; the kernel then hands out the lower number (SIGINT) first.
+  EXPECT_TRUE(result.exit_code == 130 || result.exit_code == 143) << result.exit_code << result.err;
+  expect_ranks_gone(result.err, 2);
+  expect_shm_clean(namespaces(result.err));
+}
+
+TEST(Failure, RestartsTheGroupUntilItSucceeds) {
+  const std::string counter = std::filesystem::temp_directory_path() /
+                              ("shmrun_attempts_" + std::to_string(getpid()));
+  std::filesystem::remove(counter);
+  const RunResult result = run_shmrun(
+      {"-v", "--max-restarts", "2", "--nproc-per-node", "2", kWorker, "attempts", counter, "2"});
+  std::ifstream in(counter);
+  int attempts = 0;
+  for (std::string line; std::getline(in, line);) ++attempts;
+  std::filesystem::remove(counter);
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(attempts, 3);
+  for (const char* line : {"[rank0]:restart=0", "[rank0]:restart=1", "[rank0]:restart=2",
+                           "[rank1]:restart=2"}) {
+    EXPECT_NE(result.out.find(line), std::string::npos) << line << "\n" << result.out;
+  }
+  EXPECT_NE(result.err.find("restarting all 2 ranks (restart 2 of 2)"), std::string::npos);
+  const std::vector<std::string> all = namespaces(result.err);
+  EXPECT_EQ(all.size(), 3u) << "one namespace per attempt";
+  expect_shm_clean(all);
+}
+
+TEST(Failure, GivesUpAfterMaxRestarts) {
+  const std::string counter = std::filesystem::temp_directory_path() /
+                              ("shmrun_attempts_" + std::to_string(getpid()));
+  std::filesystem::remove(counter);
+  const RunResult result = run_shmrun(
+      {"-v", "--max-restarts=1", "--nproc-per-node", "2", kWorker, "attempts", counter, "5"});
+  std::filesystem::remove(counter);
+  EXPECT_EQ(result.exit_code, 1) << result.err;
+  EXPECT_EQ(namespaces(result.err).size(), 2u);
+  EXPECT_NE(result.err.find("Root Cause"), std::string::npos);
+  expect_shm_clean(namespaces(result.err));
+}
+
+TEST(Failure, RanksDieWithAKilledShmrun) {
+  Shmrun shmrun({"-v", "--nproc-per-node", "2", kWorker, "sleep"});
+  ASSERT_TRUE(shmrun.read_until([](const std::string& out) { return Shmrun::has_ready_lines(out, 2); }));
+  shmrun.send(SIGKILL);
+  const RunResult result = shmrun.wait();
+  EXPECT_EQ(result.exit_code, 128 + SIGKILL);
+  expect_ranks_gone(result.err, 2);  // PR_SET_PDEATHSIG
+  // A SIGKILLed shmrun cannot clean up: that is what --cleanup is for.
+  const std::vector<std::string> all = namespaces(result.err);
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_FALSE(shm_entries(all[0]).empty());
+  const RunResult cleanup = run_shmrun({"--cleanup", all[0]});
+  EXPECT_EQ(cleanup.exit_code, 0) << cleanup.err;
+  EXPECT_TRUE(shm_entries(all[0]).empty()) << cleanup.out;
+}
+
+}  // namespace
+}  // namespace shmccl::launcher::testing

@@ -1,0 +1,228 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// Runs the real shmrun binary for the end-to-end launcher tests: posix_spawn with its stdout and
+// stderr on pipes, every wait bounded by a deadline (a hang fails the test instead of stalling
+// the suite), and helpers to find what shmrun reported (rank pids, job namespaces) and to check
+// that processes are gone and /dev/shm is clean. Header-only; not thread-safe.
+#pragma once
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+extern char** environ;
+
+namespace shmccl::launcher::testing {
+
+inline const std::string kShmrun = SHMCCL_BINARY_DIR "/src/launcher/shmrun";
+inline const std::string kWorker = SHMCCL_BINARY_DIR "/tests/launcher/launcher_test_worker";
+constexpr auto kDeadline = std::chrono::seconds(20);
+
+struct RunResult {
+  int exit_code = -1;  // shell convention: 128 + signal when shmrun was killed
+  std::string out;
+  std::string err;
+};
+
+inline int pidfd_open(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
+
+// One running shmrun.
+class Shmrun {
+ public:
+  explicit Shmrun(const std::vector<std::string>& args,
+                  const std::vector<std::string>& extra_env = {}) {
+    int out[2], err[2];
+    EXPECT_EQ(pipe2(out, O_CLOEXEC), 0);
+    EXPECT_EQ(pipe2(err, O_CLOEXEC), 0);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2(&actions, err[1], STDERR_FILENO);
+    std::vector<std::string> argv_strings = {kShmrun};
+    argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+    // The test's own environment, without anything that would change shmrun's output.
+    std::vector<std::string> env_strings;
+    for (char** entry = environ; *entry != nullptr; ++entry) {
+      if (std::strncmp(*entry, "SHMCCL_", 7) != 0) env_strings.emplace_back(*entry);
+    }
+    env_strings.insert(env_strings.end(), extra_env.begin(), extra_env.end());
+    std::vector<char*> argv, envp;
+    for (auto& s : argv_strings) argv.push_back(s.data());
+    for (auto& s : env_strings) envp.push_back(s.data());
+    argv.push_back(nullptr);
+    envp.push_back(nullptr);
+    EXPECT_EQ(posix_spawn(&pid_, kShmrun.c_str(), &actions, nullptr, argv.data(), envp.data()), 0);
+    posix_spawn_file_actions_destroy(&actions);
+    close(out[1]);
+    close(err[1]);
+    out_fd_ = out[0];
+    err_fd_ = err[0];
+    pidfd_ = pidfd_open(pid_);
+    start_ = std::chrono::steady_clock::now();
+  }
+
+  ~Shmrun() {
+    if (exit_code_ < 0 && pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    for (int fd : {out_fd_, err_fd_, pidfd_}) {
+      if (fd >= 0) close(fd);
+    }
+  }
+
+  pid_t pid() const { return pid_; }
+  const std::string& out() const { return out_; }
+  const std::string& err() const { return err_; }
+
+  // Reads output until `done(stdout)` holds; false at the deadline or when shmrun exits first.
+  bool read_until(const std::function<bool(const std::string&)>& done) {
+    while (!done(out_)) {
+      if (!pump(/*want_exit=*/false)) return done(out_);
+    }
+    return true;
+  }
+  // Number of "ready" lines seen on stdout so far, for read_until.
+  static bool has_ready_lines(const std::string& out, int count) {
+    int seen = 0;
+    for (size_t at = out.find("ready rank="); at != std::string::npos;
+         at = out.find("ready rank=", at + 1)) {
+      ++seen;
+    }
+    return seen >= count;
+  }
+
+  void send(int signal_number) { ASSERT_EQ(kill(pid_, signal_number), 0); }
+
+  // Waits for shmrun to exit and its pipes to close; SIGKILLs it and fails at the deadline.
+  RunResult wait() {
+    while (pump(/*want_exit=*/true)) {
+    }
+    if (exit_code_ < 0) {
+      ADD_FAILURE() << "shmrun did not exit within " << kDeadline.count() << " s\nstdout:\n"
+                    << out_ << "\nstderr:\n"
+                    << err_;
+      kill(pid_, SIGKILL);
+      int status = 0;
+      waitpid(pid_, &status, 0);
+      exit_code_ = 128 + SIGKILL;
+    }
+    return RunResult{exit_code_, out_, err_};
+  }
+
+ private:
+  // One poll round; false when there is nothing more to wait for (or the deadline passed).
+  bool pump(bool want_exit) {
+    const auto remaining = kDeadline - (std::chrono::steady_clock::now() - start_);
+    if (remaining <= std::chrono::seconds(0)) return false;
+    pollfd fds[3] = {{out_fd_, POLLIN, 0}, {err_fd_, POLLIN, 0}, {pidfd_, POLLIN, 0}};
+    if (out_fd_ < 0 && err_fd_ < 0 && exit_code_ >= 0) return false;
+    if (!want_exit && exit_code_ >= 0 && out_fd_ < 0) return false;
+    const int ready = poll(fds, 3, static_cast<int>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(remaining).count() + 1));
+    if (ready < 0) return errno == EINTR;
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+      char buffer[65536];
+      const ssize_t n = read(fds[i].fd, buffer, sizeof(buffer));
+      if (n > 0) {
+        (i == 0 ? out_ : err_).append(buffer, static_cast<size_t>(n));
+      } else {
+        close(fds[i].fd);
+        (i == 0 ? out_fd_ : err_fd_) = -1;
+      }
+    }
+    if (fds[2].fd >= 0 && (fds[2].revents & POLLIN) && exit_code_ < 0) {
+      int status = 0;
+      waitpid(pid_, &status, 0);
+      exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      close(pidfd_);
+      pidfd_ = -1;
+    }
+    return true;
+  }
+
+  pid_t pid_ = -1;
+  int out_fd_ = -1, err_fd_ = -1, pidfd_ = -1;
+  int exit_code_ = -1;
+  std::string out_, err_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+inline RunResult run_shmrun(const std::vector<std::string>& args,
+                            const std::vector<std::string>& extra_env = {}) {
+  return Shmrun(args, extra_env).wait();
+}
+
+// Every capture of `pattern`'s first group in `text`.
+inline std::vector<std::string> find_all(const std::string& text, const std::string& pattern) {
+  std::vector<std::string> found;
+  const std::regex re(pattern);
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator();
+       ++it) {
+    found.push_back((*it)[1].str());
+  }
+  return found;
+}
+
+// Rank pids from shmrun -v ("rank 1: pid 1234, ...").
+inline std::vector<pid_t> rank_pids(const std::string& err) {
+  std::vector<pid_t> pids;
+  for (const std::string& pid : find_all(err, R"(LAUNCH rank \d+: pid (\d+))")) {
+    pids.push_back(std::stoi(pid));
+  }
+  return pids;
+}
+
+// Job namespaces from shmrun -v ("job namespace <ns> (lock ...)").
+inline std::vector<std::string> namespaces(const std::string& err) {
+  return find_all(err, R"(job namespace (\S+) )");
+}
+
+inline std::vector<std::string> shm_entries(const std::string& ns) {
+  std::vector<std::string> names;
+  const std::string prefix = "shmccl." + ns + ".";
+  if (DIR* dir = opendir("/dev/shm")) {
+    while (const dirent* entry = readdir(dir)) {
+      if (std::strncmp(entry->d_name, prefix.c_str(), prefix.size()) == 0) {
+        names.emplace_back(entry->d_name);
+      }
+    }
+    closedir(dir);
+  }
+  return names;
+}
+
+// Fails unless no /dev/shm entry of any of the namespaces is left.
+inline void expect_shm_clean(const std::vector<std::string>& all) {
+  EXPECT_FALSE(all.empty()) << "no job namespace found in shmrun's output";
+  for (const std::string& ns : all) {
+    EXPECT_TRUE(shm_entries(ns).empty()) << "left in /dev/shm: " << shm_entries(ns).front();
+  }
+}
+
+// True once `pid` has exited (waits up to `timeout`; works for non-children through a pidfd).
+inline bool process_gone(pid_t pid, std::chrono::milliseconds timeout) {
+  const int fd = pidfd_open(pid);
+  if (fd < 0) return errno == ESRCH;
+  pollfd ready{fd, POLLIN, 0};
+  const bool gone = poll(&ready, 1, static_cast<int>(timeout.count())) == 1;
+  close(fd);
+  return gone;
+}
+
+}  // namespace shmccl::launcher::testing

@@ -1,0 +1,139 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// End to end: rank output on the console ("[rankN]:" prefixes, --no-prefix, the ranks filter)
+// and in log files (--log-dir, --redirects, --tee).
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "shmrun_harness.h"
+
+namespace shmccl::launcher::testing {
+namespace {
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// Lines that come from ranks (shmrun's own log lines on stderr are skipped).
+std::vector<std::string> rank_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  for (const std::string& line : lines_of(text)) {
+    if (line.find("shmccl INFO") == std::string::npos) lines.push_back(line);
+  }
+  return lines;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream contents;
+  contents << in.rdbuf();
+  return contents.str();
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    char pattern[] = "/tmp/shmrun_test_XXXXXX";
+    path_ = mkdtemp(pattern);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+TEST(Output, EveryLineOfEveryRankArrivesWholeAndPrefixed) {
+  constexpr int kRanks = 4, kLines = 2000;
+  const RunResult result = run_shmrun(
+      {"-v", "--nproc-per-node", std::to_string(kRanks), kWorker, "lines", std::to_string(kLines)});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  for (const auto& [text, kind] : {std::pair{result.out, "line"}, std::pair{result.err, "err"}}) {
+    std::vector<int> next(kRanks, 0);  // each rank's lines arrive in order
+    const std::regex line(std::string(R"(\[rank(\d)\]:rank (\d) )") + kind + R"( (\d+))");
+    for (const std::string& text_line : rank_lines(text)) {
+      std::smatch match;
+      ASSERT_TRUE(std::regex_match(text_line, match, line)) << "garbled line: " << text_line;
+      const int rank = std::stoi(match[1]);
+      EXPECT_EQ(match[2], match[1]) << "prefix names the wrong rank: " << text_line;
+      EXPECT_EQ(std::stoi(match[3]), next[rank]++) << text_line;
+    }
+    for (int rank = 0; rank < kRanks; ++rank) EXPECT_EQ(next[rank], kLines) << kind;
+  }
+  expect_shm_clean(namespaces(result.err));
+}
+
+TEST(Output, NoPrefixPrintsLinesAsTheyAre) {
+  const RunResult result = run_shmrun({"--no-prefix", "--nproc-per-node=2", kWorker, "lines", "3"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  std::vector<std::string> lines = lines_of(result.out);
+  std::sort(lines.begin(), lines.end());
+  EXPECT_EQ(lines, (std::vector<std::string>{"rank 0 line 0", "rank 0 line 1", "rank 0 line 2",
+                                             "rank 1 line 0", "rank 1 line 1", "rank 1 line 2"}));
+}
+
+TEST(Output, ALastLineWithoutNewlineIsCompleted) {
+  const RunResult result = run_shmrun({"--nproc-per-node=2", kWorker, "partial"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  std::vector<std::string> lines = lines_of(result.out);
+  std::sort(lines.begin(), lines.end());
+  EXPECT_EQ(lines, (std::vector<std::string>{"[rank0]:rank 0 no newline",
+                                             "[rank1]:rank 1 no newline"}));
+}
+
+TEST(Output, LocalRanksFilterShowsOnlyTheNamedRanks) {
+  const RunResult result =
+      run_shmrun({"--local-ranks-filter", "0,2", "--nproc-per-node", "3", kWorker, "lines", "2"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(result.out.find("[rank1]"), std::string::npos) << result.out;
+  EXPECT_EQ(result.err.find("[rank1]"), std::string::npos) << result.err;
+  EXPECT_NE(result.out.find("[rank0]:rank 0 line 1"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("[rank2]:rank 2 line 1"), std::string::npos) << result.out;
+}
+
+TEST(Output, LogDirWritesOneFilePerRankAndStillShowsTheConsole) {
+  TempDir dir;
+  const std::string log_dir = dir.path() + "/logs/nested";
+  const RunResult result =
+      run_shmrun({"--log-dir", log_dir, "--nproc-per-node", "2", kWorker, "lines", "2"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string r = std::to_string(rank);
+    std::vector<std::string> lines = lines_of(read_file(log_dir + "/rank" + r + ".log"));
+    std::sort(lines.begin(), lines.end());
+    EXPECT_EQ(lines, (std::vector<std::string>{"rank " + r + " err 0", "rank " + r + " err 1",
+                                               "rank " + r + " line 0", "rank " + r + " line 1"}));
+    EXPECT_NE(result.out.find("[rank" + r + "]:rank " + r + " line 1"), std::string::npos);
+  }
+}
+
+TEST(Output, RedirectsSendStreamsToTheFileOnly) {
+  TempDir dir;
+  const RunResult result = run_shmrun(
+      {"--log_dir=" + dir.path(), "-r", "3", "--nproc-per-node", "2", kWorker, "lines", "2"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_TRUE(rank_lines(result.out).empty()) << result.out;
+  EXPECT_TRUE(rank_lines(result.err).empty()) << result.err;
+  EXPECT_NE(read_file(dir.path() + "/rank1.log").find("rank 1 line 1"), std::string::npos);
+}
+
+TEST(Output, TeeAndRedirectsPerLocalRank) {
+  TempDir dir;
+  // Rank 0: stdout to file and console. Rank 1: stderr to the file only.
+  const RunResult result = run_shmrun({"--log-dir", dir.path(), "--tee", "0:1", "--redirects=1:2",
+                                       "--nproc-per-node", "2", kWorker, "lines", "1"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(read_file(dir.path() + "/rank0.log"), "rank 0 line 0\n");
+  EXPECT_EQ(read_file(dir.path() + "/rank1.log"), "rank 1 err 0\n");
+  EXPECT_NE(result.out.find("[rank0]:rank 0 line 0"), std::string::npos);
+  EXPECT_NE(result.err.find("[rank0]:rank 0 err 0"), std::string::npos);
+  EXPECT_NE(result.out.find("[rank1]:rank 1 line 0"), std::string::npos);
+  EXPECT_EQ(result.err.find("[rank1]:rank 1 err 0"), std::string::npos) << result.err;
+}
+
+}  // namespace
+}  // namespace shmccl::launcher::testing

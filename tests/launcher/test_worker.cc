@@ -1,0 +1,128 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// The program the launcher tests start under shmrun. Every mode first does what a shmccl rank
+// does at start-up (takes LOCK_SH on SHMCCL_LOCK_FD, creates a segment
+// /dev/shm/shmccl.$SHMCCL_NAMESPACE.test<rank>) so each test can check that shmrun cleans up.
+//   env                  print the launcher's variables as NAME=value lines
+//   sleep                print "ready", then wait to be killed
+//   ignore-term          ignore SIGTERM, print "ready", then wait to be killed
+//   exit CODE RANK       rank RANK exits CODE at once; the others print "ready" and wait
+//   signal SIG RANK      rank RANK kills itself with SIG; the others print "ready" and wait
+//   lines N              print N lines on stdout and N on stderr
+//   partial              print a line without its '\n'
+//   attempts FILE N      rank 0 appends to FILE and fails (exit 1) while FILE has <= N lines
+//   affinity             print "cpus=<list>" from sched_getaffinity
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+namespace {
+
+int my_rank() {
+  const char* rank = std::getenv("RANK");
+  return rank != nullptr ? std::atoi(rank) : -1;
+}
+
+void start_like_a_rank() {
+  if (const char* fd = std::getenv("SHMCCL_LOCK_FD"); fd != nullptr) {
+    if (flock(std::atoi(fd), LOCK_SH) != 0) {
+      std::perror("test_worker: flock(SHMCCL_LOCK_FD)");
+      std::exit(90);
+    }
+  }
+  if (const char* ns = std::getenv("SHMCCL_NAMESPACE"); ns != nullptr) {
+    const std::string path =
+        std::string("/dev/shm/shmccl.") + ns + ".test" + std::to_string(my_rank());
+    const int fd = open(path.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      std::perror(("test_worker: create " + path).c_str());
+      std::exit(91);
+    }
+    close(fd);
+  }
+}
+
+[[noreturn]] void wait_forever() {
+  std::printf("ready rank=%d pid=%d\n", my_rank(), static_cast<int>(getpid()));
+  std::fflush(stdout);
+  while (true) pause();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: test_worker MODE [ARGS]\n");
+    return 64;
+  }
+  start_like_a_rank();
+  const std::string mode = argv[1];
+  const int rank = my_rank();
+  if (mode == "env") {
+    for (const char* name :
+         {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
+          "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
+          "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "SHMCCL_JOB_ID", "SHMCCL_NAMESPACE",
+          "SHMCCL_TIMEOUT", "SHMCCL_LAUNCHER_PID", "SHMCCL_LOCK_FD"}) {
+      const char* value = std::getenv(name);
+      std::printf("%s=%s\n", name, value != nullptr ? value : "<unset>");
+    }
+    std::printf("PPID=%d\n", static_cast<int>(getppid()));
+    return 0;
+  }
+  if (mode == "sleep") wait_forever();
+  if (mode == "ignore-term") {
+    signal(SIGTERM, SIG_IGN);
+    wait_forever();
+  }
+  if ((mode == "exit" || mode == "signal") && argc == 4) {
+    if (rank != std::atoi(argv[3])) wait_forever();
+    if (mode == "exit") return std::atoi(argv[2]);
+    std::printf("raising signal %s\n", argv[2]);
+    std::fflush(stdout);
+    raise(std::atoi(argv[2]));
+    return 99;
+  }
+  if (mode == "lines" && argc == 3) {
+    const int count = std::atoi(argv[2]);
+    for (int i = 0; i < count; ++i) {
+      std::printf("rank %d line %d\n", rank, i);
+      std::fprintf(stderr, "rank %d err %d\n", rank, i);
+    }
+    return 0;
+  }
+  if (mode == "partial") {
+    std::printf("rank %d no newline", rank);
+    return 0;
+  }
+  if (mode == "attempts" && argc == 4) {
+    std::printf("restart=%s\n", std::getenv("TORCHELASTIC_RESTART_COUNT"));
+    if (rank != 0) return 0;
+    { std::ofstream(argv[2], std::ios::app) << "attempt\n"; }
+    std::ifstream in(argv[2]);
+    int lines = 0;
+    for (std::string line; std::getline(in, line);) ++lines;
+    return lines <= std::atoi(argv[3]) ? 1 : 0;
+  }
+  if (mode == "affinity") {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) != 0) return 92;
+    std::string cpus;
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+      if (CPU_ISSET(cpu, &set)) cpus += (cpus.empty() ? "" : ",") + std::to_string(cpu);
+    }
+    std::printf("cpus=%s\n", cpus.c_str());
+    return 0;
+  }
+  std::fprintf(stderr, "test_worker: bad mode or arguments: %s\n", mode.c_str());
+  return 64;
+}

@@ -1,0 +1,194 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// Test harness for real multi-process runs: forks `world` ranks, runs a body in each, and maps a
+// rank's failure (exception, non-zero exit, signal, hang) to a readable test failure. Bodies use
+// require() instead of gtest assertions (a forked child's gtest state is not the parent's).
+#pragma once
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <poll.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <dirent.h>
+#include <functional>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "shmccl/shmccl.hpp"
+
+namespace shmccl::testing {
+
+struct RankContext {
+  int rank;
+  int world;
+  std::string job_id;
+  // init_process_group for this rank (timeout in ms).
+  void init(int64_t timeout_ms = 30000) const {
+    InitOptions options;
+    options.rank = rank;
+    options.world_size = world;
+    options.job_id = job_id;
+    options.timeout = std::chrono::milliseconds(timeout_ms);
+    init_process_group(options);
+  }
+};
+
+struct RankResult {
+  int rank = -1;
+  int exit_code = -1;
+  int signal = 0;
+  std::string message;
+};
+
+class RequirementFailed : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+inline void require(bool condition, const std::string& what) {
+  if (!condition) throw RequirementFailed(what);
+}
+
+template <typename... Args>
+std::string str(const Args&... args) {
+  std::ostringstream out;
+  (out << ... << args);
+  return out.str();
+}
+
+inline std::string unique_job_id() {
+  static std::atomic<int> counter{0};
+  std::random_device device;
+  return str("test-", getpid(), "-", counter.fetch_add(1), "-", device() % 100000);
+}
+
+// /dev/shm entries whose name contains `fragment`.
+inline std::vector<std::string> shm_entries(const std::string& fragment) {
+  std::vector<std::string> found;
+  if (DIR* dir = opendir("/dev/shm")) {
+    while (dirent* entry = readdir(dir)) {
+      if (std::strstr(entry->d_name, fragment.c_str()) != nullptr) found.push_back(entry->d_name);
+    }
+    closedir(dir);
+  }
+  return found;
+}
+
+// Runs body(ctx) in `world` forked processes. A rank exits 0 when the body returns; 1 with the
+// exception's text otherwise. Ranks still running after `timeout` are killed (a hang).
+inline std::vector<RankResult> run_ranks(int world, const std::function<void(const RankContext&)>& body,
+                                         std::chrono::milliseconds timeout = std::chrono::seconds(60),
+                                         std::string job_id = unique_job_id()) {
+  std::vector<pid_t> pids;
+  std::vector<int> pipes;
+  for (int rank = 0; rank < world; ++rank) {
+    int fds[2];
+    if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
+    const pid_t pid = fork();
+    if (pid == 0) {
+      close(fds[0]);
+      std::string message;
+      int code = 0;
+      try {
+        RankContext context{rank, world, job_id};
+        body(context);
+        if (is_initialized()) destroy_process_group();
+      } catch (const std::exception& error) {
+        message = error.what();
+        code = 1;
+      }
+      if (!message.empty()) {
+        [[maybe_unused]] ssize_t written = write(fds[1], message.data(), message.size());
+      }
+      close(fds[1]);
+      _exit(code);
+    }
+    close(fds[1]);
+    pids.push_back(pid);
+    pipes.push_back(fds[0]);
+  }
+  std::vector<RankResult> results(static_cast<size_t>(world));
+  // Wait for every child through pidfds (readable when the child exits), up to the deadline.
+  std::vector<pollfd> watches;
+  for (pid_t pid : pids) {
+    const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+    watches.push_back(pollfd{pidfd, POLLIN, 0});
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  int remaining = world;
+  while (remaining > 0) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    const int ready = poll(watches.data(), watches.size(), static_cast<int>(left.count()));
+    if (ready < 0 && errno == EINTR) continue;
+    for (int rank = 0; rank < world; ++rank) {
+      pollfd& watch = watches[static_cast<size_t>(rank)];
+      if (watch.fd < 0 || (watch.revents & POLLIN) == 0) continue;
+      int status = 0;
+      waitpid(pids[static_cast<size_t>(rank)], &status, 0);
+      RankResult& result = results[static_cast<size_t>(rank)];
+      result.rank = rank;
+      if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+      if (WIFSIGNALED(status)) result.signal = WTERMSIG(status);
+      close(watch.fd);
+      watch.fd = -1;
+      --remaining;
+    }
+  }
+  for (int rank = 0; rank < world; ++rank) {
+    pollfd& watch = watches[static_cast<size_t>(rank)];
+    if (watch.fd < 0) continue;
+    kill(pids[static_cast<size_t>(rank)], SIGKILL);
+    waitpid(pids[static_cast<size_t>(rank)], nullptr, 0);
+    close(watch.fd);
+    results[static_cast<size_t>(rank)].message = "hung: killed after the harness timeout";
+    results[static_cast<size_t>(rank)].signal = SIGKILL;
+  }
+  for (int rank = 0; rank < world; ++rank) {
+    char buffer[4096];
+    ssize_t got;
+    while ((got = read(pipes[static_cast<size_t>(rank)], buffer, sizeof(buffer))) > 0) {
+      results[static_cast<size_t>(rank)].message.append(buffer, static_cast<size_t>(got));
+    }
+    close(pipes[static_cast<size_t>(rank)]);
+    results[static_cast<size_t>(rank)].rank = rank;
+  }
+  return results;
+}
+
+inline ::testing::AssertionResult all_ranks_succeeded(const std::vector<RankResult>& results) {
+  std::ostringstream failures;
+  bool ok = true;
+  for (const RankResult& result : results) {
+    if (result.exit_code == 0 && result.signal == 0) continue;
+    ok = false;
+    failures << "\n  rank " << result.rank << ": exit " << result.exit_code;
+    if (result.signal) failures << ", signal " << strsignal(result.signal);
+    if (!result.message.empty()) failures << ": " << result.message;
+  }
+  if (ok) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "ranks failed:" << failures.str();
+}
+
+// Asserts that nothing of the job is left in /dev/shm.
+inline ::testing::AssertionResult no_segments_left(const std::string& job_id) {
+  std::string sanitized;
+  for (char c : job_id) sanitized += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_') ? c : '_';
+  const auto left = shm_entries("shmccl.j" + sanitized);
+  if (left.empty()) return ::testing::AssertionSuccess();
+  auto failure = ::testing::AssertionFailure() << "left in /dev/shm:";
+  for (const auto& name : left) failure << " " << name;
+  return failure;
+}
+
+}  // namespace shmccl::testing

@@ -1,0 +1,361 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// ShmStore: the Store contract in one process, rendezvous of 2/4/8 forked processes, exact
+// counters, timeouts naming keys, the creation race, stale and half-made stores, corrupt
+// segments, limits, and recovery from a process that died holding the lock.
+#include "transport/shm_store.h"
+
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "shmccl/error.hpp"
+#include "transport/multiprocess.h"
+#include "transport/segment_names.h"
+#include "transport/shm_segment.h"
+#include "transport/shm_store_layout.h"
+
+namespace shmccl::transport {
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::HasSubstr;
+using testing::NamespaceTest;
+using Clock = std::chrono::steady_clock;
+
+// An anonymous shared mapping that forked children write their results into.
+template <typename T>
+class SharedArray {
+ public:
+  explicit SharedArray(size_t count) : count_(count) {
+    void* memory =
+        ::mmap(nullptr, bytes(), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (memory == MAP_FAILED) throw std::runtime_error("mmap failed");
+    data_ = static_cast<T*>(memory);
+  }
+  ~SharedArray() { ::munmap(data_, bytes()); }
+  T& operator[](size_t i) { return data_[i]; }
+
+ private:
+  size_t bytes() const { return count_ * sizeof(T); }
+  size_t count_;
+  T* data_;
+};
+
+class ShmStoreTest : public NamespaceTest {
+ protected:
+  std::unique_ptr<ShmStore> open(std::chrono::milliseconds timeout = 10s) {
+    return ShmStore::open_or_create(ns_, timeout);
+  }
+  std::string name() const { return segment_name(ns_, "store"); }
+};
+
+TEST_F(ShmStoreTest, SingleProcessContract) {
+  auto store = open();
+  EXPECT_TRUE(store->created());
+  EXPECT_EQ(store->name(), name());
+  EXPECT_EQ(store->num_keys(), 0);
+  store->set("a", "1");
+  const std::string binary("\0\xff\x01 bytes\0", 10);
+  store->set("binary", std::vector<uint8_t>(binary.begin(), binary.end()));
+  EXPECT_EQ(store->get("a"), "1");
+  EXPECT_EQ(store->get("binary"), binary);
+  store->set("a", "replaced");
+  EXPECT_EQ(store->get("a"), "replaced");
+  store->set("empty", "");
+  EXPECT_EQ(store->get("empty"), "");
+  store->set("max", std::string(ShmStore::kMaxValueSize, 'v'));
+  EXPECT_EQ(store->get("max").size(), ShmStore::kMaxValueSize);
+  EXPECT_EQ(store->num_keys(), 4);
+
+  EXPECT_TRUE(store->check({"a", "binary"}));
+  EXPECT_FALSE(store->check({"a", "missing"}));
+  EXPECT_TRUE(store->check({}));
+
+  EXPECT_EQ(store->add("counter", 5), 5);
+  EXPECT_EQ(store->add("counter", -7), -2);
+  EXPECT_EQ(store->get("counter"), "-2");
+  EXPECT_THROW(store->add("a", 1), InvalidArgument);  // "replaced" is not an integer
+  store->set("big", std::to_string(INT64_MAX));
+  EXPECT_THROW(store->add("big", 1), InvalidArgument);
+
+  EXPECT_TRUE(store->delete_key("a"));
+  EXPECT_FALSE(store->delete_key("a"));
+  EXPECT_FALSE(store->check({"a"}));
+  EXPECT_EQ(store->num_keys(), 5);
+  store->wait({"binary", "counter"}, 1s);
+  EXPECT_EQ(store->members(), std::vector<pid_t>{::getpid()});
+  store->unlink();
+}
+
+TEST_F(ShmStoreTest, LimitsAreInvalidArgumentsNamingKeyAndSize) {
+  auto store = open();
+  const std::string long_key(ShmStore::kMaxKeySize + 1, 'k');
+  try {
+    store->set(long_key, "x");
+    FAIL();
+  } catch (const InvalidArgument& error) {
+    EXPECT_THAT(error.what(), HasSubstr("256 bytes"));
+    EXPECT_THAT(error.what(), HasSubstr("kkkkkkkk"));
+  }
+  try {
+    store->set("the-key", std::string(ShmStore::kMaxValueSize + 1, 'v'));
+    FAIL();
+  } catch (const InvalidArgument& error) {
+    EXPECT_THAT(error.what(), HasSubstr("the-key"));
+    EXPECT_THAT(error.what(), HasSubstr("4097 bytes"));
+  }
+  EXPECT_THROW(store->set("", "x"), InvalidArgument);
+  EXPECT_THROW(store->get(long_key), InvalidArgument);
+  EXPECT_THROW(store->check({"ok", ""}), InvalidArgument);
+  EXPECT_NO_THROW(store->set(std::string(ShmStore::kMaxKeySize, 'k'), "x"));
+  store->unlink();
+}
+
+TEST_F(ShmStoreTest, FullTableIsAnErrorAndDeletedSlotsAreReused) {
+  auto store = open();
+  for (uint32_t i = 0; i < ShmStore::kCapacity; ++i)
+    store->set("key" + std::to_string(i), "v");
+  EXPECT_EQ(store->num_keys(), ShmStore::kCapacity);
+  try {
+    store->set("one-too-many", "v");
+    FAIL();
+  } catch (const Error& error) {
+    EXPECT_THAT(error.what(), HasSubstr("full"));
+    EXPECT_THAT(error.what(), HasSubstr("one-too-many"));
+  }
+  store->set("key7", "replacing works when full");
+  EXPECT_TRUE(store->delete_key("key3"));
+  store->set("one-too-many", "now it fits");
+  EXPECT_EQ(store->get("one-too-many"), "now it fits");
+  for (uint32_t i = 0; i < ShmStore::kCapacity; ++i) {
+    if (i == 3) continue;
+    ASSERT_TRUE(store->check({"key" + std::to_string(i)})) << i;
+  }
+  store->unlink();
+}
+
+TEST_F(ShmStoreTest, GetTimesOutNamingTheKey) {
+  auto store = open();
+  store->set_timeout(100ms);
+  const auto start = Clock::now();
+  try {
+    store->get("never-set");
+    FAIL();
+  } catch (const TimeoutError& error) {
+    EXPECT_THAT(error.what(), HasSubstr("'never-set'"));
+    EXPECT_THAT(error.what(), HasSubstr("100 ms"));
+  }
+  EXPECT_GE(Clock::now() - start, 100ms);
+  store->set("here", "1");
+  try {
+    store->wait({"here", "missing-1", "missing-2"}, 50ms);
+    FAIL();
+  } catch (const TimeoutError& error) {
+    EXPECT_THAT(error.what(), HasSubstr("[missing-1, missing-2]"));
+  }
+  store->unlink();
+}
+
+TEST_F(ShmStoreTest, BlockedGetIsWokenByAnotherProcess) {
+  auto store = open();
+  const pid_t self = ::getpid();
+  const pid_t child = testing::fork_child([&] {
+    auto mine = open();
+    CHILD_CHECK(!mine->created());
+    // Make sure the parent really sleeps in get(), so the futex wake path is what ends it.
+    CHILD_CHECK(testing::wait_until_sleeping(self, "futex"));
+    mine->set("late", "finally");
+  });
+  EXPECT_EQ(store->get("late"), "finally");
+  EXPECT_EQ(testing::wait_for_exit(child, 5s), 0);
+  store->unlink();
+}
+
+class ShmStoreRendezvousTest : public ShmStoreTest, public ::testing::WithParamInterface<int> {};
+
+TEST_P(ShmStoreRendezvousTest, EveryRankSeesEveryRank) {
+  const int world = GetParam();
+  auto parent = open();  // a live member throughout, so the store is never taken for stale
+  const std::string failures = testing::run_processes(world, [&](int rank) {
+    auto store = open();
+    store->set("rank/" + std::to_string(rank), "pid " + std::to_string(::getpid()));
+    for (int peer = 0; peer < world; ++peer) {
+      const std::string value = store->get("rank/" + std::to_string(peer));
+      CHILD_CHECK(value.rfind("pid ", 0) == 0, "rank ", rank, " got '", value, "'");
+    }
+    store->add("done", 1);
+  });
+  EXPECT_EQ(failures, "");
+  EXPECT_EQ(parent->get("done"), std::to_string(world));
+  EXPECT_EQ(parent->num_keys(), world + 1);
+  EXPECT_EQ(parent->members().size(), static_cast<size_t>(world + 1));
+  parent->unlink();
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, ShmStoreRendezvousTest, ::testing::Values(1, 2, 4, 8));
+
+TEST_F(ShmStoreTest, AddIsExactAcrossEightProcesses) {
+  constexpr int kProcesses = 8;
+  constexpr int kAddsEach = 500;
+  constexpr int kTotal = kProcesses * kAddsEach;
+  auto parent = open();
+  SharedArray<uint8_t> seen(kTotal + 1);  // seen[v]: how many adds returned v
+  const std::string failures = testing::run_processes(kProcesses, [&](int rank) {
+    auto store = open();
+    int64_t previous = 0;
+    for (int i = 0; i < kAddsEach; ++i) {
+      const int64_t value = store->add("counter", 1);
+      CHILD_CHECK(value > previous && value <= kTotal, "rank ", rank, " got ", value);
+      __atomic_fetch_add(&seen[static_cast<size_t>(value)], 1, __ATOMIC_RELAXED);
+      previous = value;
+    }
+  });
+  EXPECT_EQ(failures, "");
+  EXPECT_EQ(parent->get("counter"), std::to_string(kTotal));
+  for (int value = 1; value <= kTotal; ++value) {
+    ASSERT_EQ(seen[static_cast<size_t>(value)], 1) << "value " << value;
+  }
+  parent->unlink();
+}
+
+TEST_F(ShmStoreTest, ConcurrentCreationHasExactlyOneWinner) {
+  constexpr int kProcesses = 8;
+  SharedArray<int> created(kProcesses);
+  const std::string failures = testing::run_processes(kProcesses, [&](int rank) {
+    auto store = open();
+    created[rank] = store->created() ? 1 : 0;
+    // Stay until all have joined (so no one's store is ever seen as stale), then check that all
+    // joined the same store.
+    if (store->add("joined", 1) == kProcesses) store->set("all-joined", "");
+    store->get("all-joined");
+    CHILD_CHECK(store->members().size() == kProcesses, "members ", store->members().size());
+    if (store->add("left", 1) == kProcesses) store->unlink();
+  });
+  EXPECT_EQ(failures, "");
+  int winners = 0;
+  for (int rank = 0; rank < kProcesses; ++rank)
+    winners += created[rank];
+  EXPECT_EQ(winners, 1);
+}
+
+TEST_F(ShmStoreTest, StoreOfDeadProcessesIsReplaced) {
+  const pid_t child = testing::fork_child([&] {
+    auto store = open();
+    store->set("from-the-dead", "x");
+    // Exits without unlinking: the leftover of a crashed job.
+  });
+  ASSERT_EQ(testing::wait_for_exit(child, 5s), 0);
+  ASSERT_TRUE(ShmSegment::size_of(name()).has_value());
+  auto store = open();
+  EXPECT_TRUE(store->created()) << "the stale store was reused";
+  EXPECT_FALSE(store->check({"from-the-dead"}));
+  EXPECT_EQ(store->members(), std::vector<pid_t>{::getpid()});
+  store->unlink();
+}
+
+TEST_F(ShmStoreTest, StoreOfALiveProcessIsShared) {
+  auto store = open();
+  store->set("from-the-living", "y");
+  const std::string failures = testing::run_processes(1, [&](int) {
+    auto mine = open();
+    CHILD_CHECK(!mine->created());
+    CHILD_CHECK(mine->get("from-the-living") == "y");
+  });
+  EXPECT_EQ(failures, "");
+  store->unlink();
+}
+
+TEST_F(ShmStoreTest, HalfMadeStoreOfADeadCreatorIsReplaced) {
+  const pid_t dead = testing::fork_child([] {});
+  ASSERT_EQ(testing::wait_for_exit(dead, 5s), 0);
+  {
+    // What a creator that died before publishing leaves: right size, magic 0, its pid.
+    ShmSegment half = ShmSegment::create(name(), ShmStore::segment_size(), UnlinkPolicy::kManual);
+    static_cast<ShmStoreHeader*>(half.data())->creator_pid.store(dead);
+  }
+  auto store = open(2s);
+  EXPECT_TRUE(store->created());
+  store->unlink();
+}
+
+TEST_F(ShmStoreTest, HalfMadeStoreOfALiveCreatorTimesOut) {
+  ShmSegment half = ShmSegment::create(name(), ShmStore::segment_size());
+  static_cast<ShmStoreHeader*>(half.data())->creator_pid.store(::getpid());
+  try {
+    open(100ms);
+    FAIL();
+  } catch (const TimeoutError& error) {
+    EXPECT_THAT(error.what(), HasSubstr(name()));
+  }
+}
+
+TEST_F(ShmStoreTest, ForeignSegmentsAreErrors) {
+  {
+    ShmSegment wrong_size = ShmSegment::create(name(), 4096);
+    EXPECT_THROW(open(1s), Error);
+  }
+  {
+    ShmSegment bad_magic = ShmSegment::create(name(), ShmStore::segment_size());
+    static_cast<ShmStoreHeader*>(bad_magic.data())->magic.store(0x12345678);
+    try {
+      open(1s);
+      FAIL();
+    } catch (const Error& error) {
+      EXPECT_THAT(error.what(), HasSubstr("not a shmccl store"));
+    }
+  }
+}
+
+TEST_F(ShmStoreTest, CorruptTableIsAnErrorNotACrash) {
+  auto store = open();
+  store->set("k", "v");
+  ShmSegment raw = ShmSegment::open(name(), ShmStore::segment_size());
+  auto* bytes = static_cast<unsigned char*>(raw.data());
+  // Huge sizes in every entry: any use without a bounds check would read far out of bounds.
+  for (size_t offset = ShmStore::table_offset(); offset < raw.size();
+       offset += sizeof(ShmStoreEntry)) {
+    auto* entry = reinterpret_cast<ShmStoreEntry*>(bytes + offset);
+    if (entry->state == kEntryUsed) {
+      entry->key_size = 0xFFFFFFF0u;
+      entry->value_size = 0xFFFFFFF0u;
+    }
+  }
+  EXPECT_THROW(store->get("k"), Error);
+  std::memset(bytes + ShmStore::table_offset(), 0xFF, raw.size() - ShmStore::table_offset());
+  EXPECT_THROW(store->get("k"), Error);
+  EXPECT_THROW(store->set("other", "v"), Error);
+  EXPECT_THROW(store->check({"k"}), Error);
+  auto* header = static_cast<ShmStoreHeader*>(raw.data());
+  header->num_members = 0xFFFFFFFFu;
+  header->num_keys = 0xFFFFFFFFu;
+  EXPECT_THROW(store->members(), Error);
+  EXPECT_THROW(store->num_keys(), Error);
+  store->unlink();
+}
+
+TEST_F(ShmStoreTest, RecoversFromAProcessThatDiedHoldingTheLock) {
+  auto store = open();
+  store->set("k", "old");
+  store->set("other", "1");
+  const pid_t child = testing::fork_child([&] {
+    store->TEST_crash_during_set("k", std::string(1000, 'n'));  // dies holding the lock
+  });
+  ASSERT_EQ(testing::wait_for_exit(child, 5s), 0);
+  EXPECT_EQ(store->get("other"), "1");  // EOWNERDEAD: repaired, not stuck
+  EXPECT_FALSE(store->check({"k"})) << "the half-written entry must be dropped";
+  EXPECT_EQ(store->num_keys(), 1);
+  store->set("k", "new");
+  EXPECT_EQ(store->get("k"), "new");
+  EXPECT_EQ(store->add("counter", 2), 2);
+  store->unlink();
+}
+
+}  // namespace
+}  // namespace shmccl::transport
