@@ -208,14 +208,14 @@ void run_pool(detail::GroupState& state, ExecContext& context, const Algorithm& 
                  base);
     algorithm.run_chunk(context, claimed - base);
     // Release: the chunk's writes happen-before any rank that sees the count reach `end`.
-    if (header.done.fetch_add(1, std::memory_order_acq_rel) + 1 == end) transport.notify();
+    if (header.done.fetch_add(1, std::memory_order_seq_cst) + 1 == end) transport.notify();
     claimed = header.claim.load(std::memory_order_relaxed);
     if (!transport.healthy()) transport.check_healthy();
   }
   transport.wait_until(
       [&] { return header.done.load(std::memory_order_acquire) >= end; }, deadline, [&] {
         return detail::concat("in ", context.plan.name, " (sequence ", context.plan.sequence,
-                              ") after ", state.timeout().count(), " ms: waiting for ",
+                              ", timeout ", state.timeout().count(), " ms): waiting for ",
                               end - header.done.load(std::memory_order_acquire),
                               " chunks of work claimed by other ranks");
       });
@@ -270,8 +270,9 @@ void execute(detail::GroupState& state, const OpPlan& plan) {
         descriptor.outputs[j] = buffer_ref(buffers.outputs[j]);
       }
     }
-    // Release: the descriptor and payload happen-before any peer that sees this arrival.
-    mine.arrived.store(sequence, std::memory_order_release);
+    // Release (seq_cst for notify's Dekker pairing): the descriptor and payload happen-before
+    // any peer that sees this arrival.
+    mine.arrived.store(sequence, std::memory_order_seq_cst);
     transport.notify();
 
     const auto deadline = std::chrono::steady_clock::now() + state.timeout();
@@ -284,8 +285,8 @@ void execute(detail::GroupState& state, const OpPlan& plan) {
         },
         deadline,
         [&] {
-          return detail::concat("in ", plan.name, " (sequence ", sequence, ") after ",
-                                state.timeout().count(), " ms: ranks ",
+          return detail::concat("in ", plan.name, " (sequence ", sequence, ", timeout ",
+                                state.timeout().count(), " ms): ranks ",
                                 transport::late_ranks(transport, sequence),
                                 " have not called it");
         });

@@ -45,7 +45,13 @@ void init_process_group(const InitOptions& options) {
   auto rendezvous = std::make_unique<collectives::Rendezvous>(job);
   std::vector<int> everyone(static_cast<size_t>(job.world_size));
   for (int r = 0; r < job.world_size; ++r) everyone[static_cast<size_t>(r)] = r;
-  auto transport = rendezvous->connect_group("world", everyone, job.timeout);
+  std::unique_ptr<transport::GroupTransport> transport;
+  try {
+    transport = rendezvous->connect_group("world", everyone, job.timeout);
+  } catch (...) {
+    rendezvous->abandon();
+    throw;
+  }
   rendezvous->world_complete();
   ++state.generation;
   state.subgroups = 0;

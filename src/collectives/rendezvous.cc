@@ -152,6 +152,12 @@ std::unique_ptr<transport::GroupTransport> Rendezvous::connect_group(
   return transport;
 }
 
+void Rendezvous::abandon() {
+  if (job_.launcher_owns_namespace) return;
+  if (auto* shm_store = dynamic_cast<transport::ShmStore*>(store_.get())) shm_store->unlink();
+  if (created_lock_) ::unlink(("/dev/shm/shmccl." + job_.ns + ".lock").c_str());
+}
+
 void Rendezvous::world_complete() {
   const int64_t complete = store_->add(prefix_ + "complete", 1);
   if (complete == job_.world_size) {

@@ -46,6 +46,9 @@ class Rendezvous {
   // After the default group is complete: removes the store's and the lock's names, so nothing
   // of the job is left in /dev/shm whatever happens next (every member keeps its mapping).
   void world_complete();
+  // After a failed init: removes the store's and the lock's names (unless shmrun owns them), so a
+  // job that never came together leaves nothing in /dev/shm. Late ranks make a fresh store.
+  void abandon();
 
  private:
   JobInfo job_;

@@ -37,7 +37,8 @@ static_assert(sizeof(ArenaHandle) == 32);
 
 class Arena {
  public:
-  // Reserves `capacity` bytes (rounded up to the page size) for `device`. Throws SystemError.
+  // Reserves `capacity` bytes (rounded up to the page size) for `device`. Throws SystemError
+  // (InvalidArgument for a capacity of 0).
   Arena(int device, uint64_t capacity);
   ~Arena();
   Arena(const Arena&) = delete;

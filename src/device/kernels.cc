@@ -183,6 +183,10 @@ void reduce(ReduceOp op, ScalarType type, void* dst, const void* const* srcs, in
   SHMCCL_CHECK_ARG(op >= ReduceOp::SUM && op <= ReduceOp::AVG, "invalid reduce op ",
                    static_cast<int>(op));
   if (count == 0) return;
+  if (num_srcs == 1 && type != ScalarType::Bool) {  // every op of one value is that value
+    copy(dst, srcs[0], count * element_size(type));
+    return;
+  }
   const detail::IsaTable* table = vector_table();
   if (table != nullptr && table->reduce(op, type, dst, srcs, num_srcs, count)) return;
   detail::generic_reduce(op, type, dst, srcs, num_srcs, 0, count);

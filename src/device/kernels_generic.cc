@@ -145,18 +145,24 @@ template <typename T>
 void reduce_typed(ReduceOp op, void* dst, const void* const* srcs, int n, size_t begin,
                   size_t end) {
   using O = Ops<T>;
-  auto same = [](Acc<T> a) { return a; };
+  using A = Acc<T>;
+  // Lambdas, not &O::add: each op gets its own inlined loop instead of a call per element.
+  const auto same = [](A a) { return a; };
+  const auto add = [](A a, A b) { return O::add(a, b); };
   switch (op) {
     case ReduceOp::SUM:
-      return reduce_range<T>(dst, srcs, n, begin, end, O::add, same);
+      return reduce_range<T>(dst, srcs, n, begin, end, add, same);
     case ReduceOp::PRODUCT:
-      return reduce_range<T>(dst, srcs, n, begin, end, O::mul, same);
+      return reduce_range<T>(
+          dst, srcs, n, begin, end, [](A a, A b) { return O::mul(a, b); }, same);
     case ReduceOp::MIN:
-      return reduce_range<T>(dst, srcs, n, begin, end, O::min, same);
+      return reduce_range<T>(
+          dst, srcs, n, begin, end, [](A a, A b) { return O::min(a, b); }, same);
     case ReduceOp::MAX:
-      return reduce_range<T>(dst, srcs, n, begin, end, O::max, same);
+      return reduce_range<T>(
+          dst, srcs, n, begin, end, [](A a, A b) { return O::max(a, b); }, same);
     case ReduceOp::AVG:
-      return reduce_range<T>(dst, srcs, n, begin, end, O::add,
+      return reduce_range<T>(dst, srcs, n, begin, end, add,
                              [n](Acc<T> sum) { return O::average(sum, n); });
   }
 }
@@ -225,23 +231,17 @@ void generic_binary(BinaryOp op, ScalarType type, void* dst, const void* a, cons
   visit_type(type, [&](auto tag) {
     using T = decltype(tag);
     SHMCCL_CHECK((!std::is_same_v<T, bool>), "no bool binary kernel for op ", static_cast<int>(op));
+    SHMCCL_CHECK(op == BinaryOp::kSub || op == BinaryOp::kDiv, "generic_binary is for sub and div");
     if constexpr (!std::is_same_v<T, bool>) {
-      auto* out = static_cast<T*>(dst);
-      const auto* lhs = static_cast<const T*>(a);
-      const auto* rhs = static_cast<const T*>(b);
-      for (size_t i = begin; i < end; ++i) {
-        const Acc<T> x = load<T>(lhs[i]);
-        const Acc<T> y = load<T>(rhs[i]);
-        switch (op) {
-          case BinaryOp::kSub:
-            out[i] = store<T>(Ops<T>::sub(x, y));
-            break;
-          case BinaryOp::kDiv:
-            out[i] = store<T>(Ops<T>::div(x, y));
-            break;
-          default:
-            SHMCCL_CHECK(false, "generic_binary handles sub and div only");
-        }
+      using A = Acc<T>;
+      const void* const srcs[2] = {a, b};
+      const auto same = [](A x) { return x; };
+      if (op == BinaryOp::kSub) {
+        reduce_range<T>(
+            dst, srcs, 2, begin, end, [](A x, A y) { return Ops<T>::sub(x, y); }, same);
+      } else {
+        reduce_range<T>(
+            dst, srcs, 2, begin, end, [](A x, A y) { return Ops<T>::div(x, y); }, same);
       }
     }
   });

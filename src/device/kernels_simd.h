@@ -2,7 +2,9 @@
 //
 // The loops shared by the AVX2 and AVX-512 kernels, written once over a vector-traits type V.
 // Include this only from an ISA file, after its `#pragma GCC target`, so the loops are compiled
-// for that ISA; instantiated with the file's internal traits types, they stay internal too.
+// for that ISA; instantiated with the file's internal traits types, they stay internal too. Add no
+// include here that the ISA files do not make before their pragma: an inline function first seen
+// under the pragma would be compiled for the ISA and could be the copy the linker keeps.
 //
 // V provides: Elem (the stored element), Vec, kLanes, kIsFloat, kIsBool, kHasMul;
 // load(const Elem*) -> Vec, store(Elem*, Vec); add, sub, min, max and, where present, mul and div

@@ -8,7 +8,6 @@
 // runs, so tasks may freely use other streams, events and even their own stream (run_sync nests).
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -116,9 +115,6 @@ class StreamImpl {
     bool stop = false;
     std::exception_ptr error;  // first error of an enqueued task since the last synchronize
     std::thread worker;
-    // Mirrors of `enqueued` and `completed` for spinning without the lock (see spin_until).
-    std::atomic<uint64_t> enqueued_hint{0};
-    std::atomic<uint64_t> completed_hint{0};
   };
 
   static void worker_loop(const std::shared_ptr<State>& state);

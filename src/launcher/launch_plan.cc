@@ -98,8 +98,11 @@ LaunchPlan make_launch_plan(const Options& options, std::vector<std::string>* wa
   }
 
   std::string warning;
+  // Reading the topology costs sysfs reads: only when a binding was asked for.
   const std::vector<Binding> bindings =
-      plan_bindings(options.numa, CpuTopology::detect(), plan.world_size, &warning);
+      options.numa == NumaMode::kNone
+          ? std::vector<Binding>(static_cast<size_t>(plan.world_size))
+          : plan_bindings(options.numa, CpuTopology::detect(), plan.world_size, &warning);
   if (!warning.empty() && warnings != nullptr) warnings->push_back(warning);
 
   std::string log_dir = options.log_dir.value_or("");

@@ -62,7 +62,7 @@ std::unique_ptr<GroupTransport> GroupTransport::create(const std::string& name, 
   RankSlot& mine = transport->slot(rank);
   mine.pid.store(getpid(), std::memory_order_relaxed);
   mine.attached.store(1, std::memory_order_relaxed);
-  transport->header_->attached_count.fetch_add(1, std::memory_order_acq_rel);
+  transport->header_->attached_count.fetch_add(1, std::memory_order_seq_cst);
   return transport;
 }
 
@@ -81,8 +81,8 @@ std::unique_ptr<GroupTransport> GroupTransport::open(const std::string& name, in
                    " of control block ", name, " is already taken by pid ",
                    mine.pid.load(std::memory_order_relaxed), ": two processes use the same rank");
   mine.pid.store(getpid(), std::memory_order_relaxed);
-  mine.attached.store(1, std::memory_order_release);
-  transport->header_->attached_count.fetch_add(1, std::memory_order_acq_rel);
+  mine.attached.store(1, std::memory_order_seq_cst);
+  transport->header_->attached_count.fetch_add(1, std::memory_order_seq_cst);
   transport->notify();
   return transport;
 }
@@ -173,9 +173,9 @@ void GroupTransport::abort(const std::string& reason) {
 }
 
 void GroupTransport::notify() {
-  // seq_cst pairs with the sleeper's seq_cst increment of `sleepers` (Dekker): either we see the
-  // sleeper and wake it, or it sees our change before it sleeps.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // Dekker with the sleeper: the change we publish (a seq_cst store or RMW by the caller) and
+  // this seq_cst load, against its seq_cst increment of `sleepers` and its re-check: either we
+  // see the sleeper and wake it, or it sees the change before it sleeps.
   if (header_->sleepers.load(std::memory_order_seq_cst) != 0) {
     header_->wake_word.fetch_add(1, std::memory_order_seq_cst);
     futex_wake(&header_->wake_word);

@@ -249,8 +249,10 @@ ShmStore::JoinResult ShmStore::join(Clock::time_point deadline) {
     }
     const auto now = Clock::now();
     if (now >= deadline) {
-      throw TimeoutError(detail::concat("ShmStore ", name, ": timed out waiting for process ",
-                                        creator, " to initialise the store"));
+      throw TimeoutError(detail::concat(
+          "ShmStore ", name, ": timed out waiting for its creator (",
+          creator > 0 ? "pid " + std::to_string(creator) : std::string("pid not recorded yet"),
+          ") to initialise the store; if that process died, remove the namespace's segments"));
     }
     futex_wait_until(&header.magic, 0, std::min(deadline, now + kCreatorCheckInterval));
   }
@@ -266,8 +268,9 @@ ShmStore::JoinResult ShmStore::join(Clock::time_point deadline) {
 
   // 2. Under the lock: is it stale? If not, record ourselves as a member.
   Lock lock(*this, deadline);
-  if (header.magic.load(std::memory_order_relaxed) == kStoreAbandonedMagic)
-    return JoinResult::kRetry;
+  if (header.magic.load(std::memory_order_relaxed) == kStoreAbandonedMagic) {
+    return JoinResult::kRetry;  // declared stale by another process while we waited for the lock
+  }
   const uint32_t count = read_shared(header.num_members);
   if (count > kMaxMembers) throw_corrupt(detail::concat("member count ", count));
   const pid_t self = ::getpid();
@@ -353,7 +356,12 @@ void ShmStore::put(const std::string& key, const std::string& value) {
     }
   }
   ShmStoreEntry& e = entry(static_cast<uint32_t>(slot));
-  h.dirty_slot = static_cast<uint32_t>(slot) + 1;  // a crash from here on drops this entry
+  // A process may die at any instruction (the robust mutex then hands the table to the next
+  // locker): mark the slot dirty before touching it and clean only after. Signal fences keep
+  // the compiler from moving the entry's stores across the marks; the dying thread's own stores
+  // are seen in program order up to the point where it stopped.
+  h.dirty_slot = static_cast<uint32_t>(slot) + 1;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
   e.hash = static_cast<uint32_t>(hash_key(key));
   e.key_size = static_cast<uint32_t>(key.size());
   std::memcpy(e.key, key.data(), key.size());
@@ -361,6 +369,7 @@ void ShmStore::put(const std::string& key, const std::string& value) {
   std::memcpy(e.value, value.data(), value.size());
   e.state = kEntryUsed;
   if (is_new) h.num_keys = std::min(read_shared(h.num_keys) + 1, kCapacity);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
   h.dirty_slot = 0;
 }
 

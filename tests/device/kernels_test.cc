@@ -786,6 +786,7 @@ TEST_F(KernelsTest, HonoursKernelIsaVariable) {
   EXPECT_EQ(with_variable("avx2"), std::min(Isa::kAvx2, detected_isa()));
   EXPECT_EQ(with_variable("avx512"), detected_isa());
   EXPECT_EQ(with_variable("auto"), detected_isa());
+  EXPECT_EQ(with_variable("bogus"), detected_isa());  // warned about, then ignored
   EXPECT_EQ(with_variable(nullptr), detected_isa());
   // set_active_isa overrides the variable until the next reset.
   with_variable("generic");

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Builds shmccl and runs the demo: shmrun launching the seed examples (uneven all-gather and
+# reduce-scatter with split sizes [2, 3] on 2 ranks, oneflow's concat/stack all-gather) and a
+# tour of every collective on 4 ranks. Each example checks its own result.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/install-deps.sh
+cmake -S . -B build -DSHMCCL_BUILD_TESTS=OFF -DSHMCCL_BUILD_BENCHMARKS=OFF >/dev/null
+cmake --build build -j "$(nproc)" --target shmrun all_gather_uneven reduce_scatter_uneven \
+  all_gather_concat_stack collectives_tour >/dev/null
+
+shmrun=build/src/launcher/shmrun
+examples=build/examples
+for example in all_gather_uneven reduce_scatter_uneven all_gather_concat_stack; do
+  echo "== shmrun --nproc-per-node 2 $example"
+  "$shmrun" --nproc-per-node 2 "$examples/$example"
+done
+echo "== shmrun --nproc-per-node 4 collectives_tour"
+"$shmrun" --nproc-per-node 4 "$examples/collectives_tour"
+echo "demo: every example gave the expected result"

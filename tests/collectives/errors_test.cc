@@ -1,0 +1,256 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// Bad arguments give the documented texts before any peer waits; disagreeing, dead and late
+// ranks give errors on every surviving rank instead of hangs; nothing is left in /dev/shm.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "multiprocess.h"
+
+namespace shmccl {
+namespace {
+
+using testing::require;
+using testing::str;
+
+// Runs `call`, requires a shmccl::Error whose text contains `text`.
+template <typename Call>
+void require_error(Call&& call, const std::string& text) {
+  try {
+    call();
+  } catch (const Error& error) {
+    require(std::string(error.what()).find(text) != std::string::npos,
+            str("error text '", error.what(), "' lacks '", text, "'"));
+    return;
+  }
+  throw testing::RequirementFailed("no error; expected one containing '" + text + "'");
+}
+
+TEST(CollectiveErrorsTest, ArgumentErrorsHaveTheReferenceTextsAndLeaveTheGroupUsable) {
+  const std::string job = testing::unique_job_id();
+  auto results = testing::run_ranks(2, [](const testing::RankContext& ctx) {
+    npu::set_device(ctx.rank);
+    ctx.init();
+    Tensor output = zeros({5}, kInt32).npu();
+    Tensor input = zeros({ctx.rank == 0 ? 2 : 3}, kInt32).npu();
+    require_error([&] { all_gather_into_tensor_uneven(output, input, {2, 2}); },
+                  "Split sizes doesn't match total dim 0 size");
+    require_error([&] { all_gather_into_tensor_uneven(output, input, {2, 2, 1}); },
+                  "Number of tensor splits not equal to group size");
+    require_error([&] { all_gather_into_tensor_uneven(output, input); },
+                  "Tensor's dim 0 does not divide equally across group size");
+    Tensor floats = zeros({ctx.rank == 0 ? 2 : 3}, kFloat32).npu();
+    require_error([&] { all_gather_into_tensor_uneven(output, floats, {2, 3}); },
+                  "output tensor must have the same type as input tensor");
+    require_error([&] { all_gather_into_tensor_uneven(output, input, {3, 2}); },
+                  "input has");  // this rank's own chunk disagrees with its split
+    Tensor wide = zeros({5, 2}, kInt32).npu();
+    require_error([&] { all_gather_into_tensor_uneven(wide, input, {2, 3}); },
+                  "must agree in every dimension but dim 0");
+    // Reduce-scatter: the same texts.
+    Tensor rs_input = ones({5}, kInt32).npu();
+    Tensor rs_output = zeros({ctx.rank == 0 ? 2 : 3}, kInt32).npu();
+    require_error([&] { reduce_scatter_tensor_uneven(rs_output, rs_input, {1, 1}); },
+                  "Split sizes doesn't match total dim 0 size");
+    require_error([&] { reduce_scatter_tensor_uneven(rs_output, rs_input, {5}); },
+                  "Number of tensor splits not equal to group size");
+    require_error([&] { reduce_scatter_tensor_uneven(rs_output, rs_input); },
+                  "Tensor's dim 0 does not divide equally across group size");
+    require_error([&] { reduce_scatter_tensor_uneven(rs_output, rs_input, {3, 2}); },
+                  "output has");
+    Tensor undefined;
+    require_error([&] { all_reduce(undefined); }, "undefined");
+    Tensor b = zeros({2}).npu();
+    require_error([&] { broadcast(b, 5); }, "not a member of the group");
+    std::vector<Tensor> too_few{zeros({2}, kInt32)};
+    require_error([&] { all_gather(too_few, input); }, "expected 2 output tensors");
+    require_error([&] { new_group({0, 0}); }, "duplicate ranks");
+    require_error([&] { group_from_comm_name("nope"); }, "unknown communicator name");
+
+    // None of that consumed a collective: the group still works, as in the reference example.
+    all_gather_into_tensor_uneven(output, input.fill_(ctx.rank + 1), {2, 3});
+    require(output.cpu().to_vector<int32_t>() == std::vector<int32_t>{1, 1, 2, 2, 2}, "works");
+  }, std::chrono::seconds(60), job);
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+  EXPECT_TRUE(testing::no_segments_left(job));
+}
+
+TEST(CollectiveErrorsTest, NotInitializedAndDoubleInit) {
+  auto results = testing::run_ranks(1, [](const testing::RankContext& ctx) {
+    Tensor t = zeros({2});
+    require_error([&] { all_reduce(t); }, "not initialized");
+    ctx.init();
+    require_error([&] { ctx.init(); }, "already initialized");
+    destroy_process_group();
+    ctx.init();  // again, after destroy
+    all_reduce(t);
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+}
+
+TEST(CollectiveErrorsTest, MismatchedCallsFailOnEveryRankWithBothDescriptions) {
+  for (int world : {2, 3, 4}) {
+    const std::string job = testing::unique_job_id();
+    auto results = testing::run_ranks(world, [](const testing::RankContext& ctx) {
+      npu::set_device(ctx.rank % 8);
+      ctx.init();
+      Tensor t = ones({8}, kFloat32).npu();
+      if (ctx.rank == ctx.world - 1) {
+        Tensor other = ones({8}, kInt32).npu();  // a different dtype on the last rank
+        require_error([&] { all_reduce(other); }, "collective mismatch");
+      } else {
+        require_error([&] { all_reduce(t); }, "collective mismatch");
+      }
+      // The group is now failed for good, with the first failure in the message.
+      require_error([&] { barrier(); }, "failed earlier");
+    }, std::chrono::seconds(60), job);
+    EXPECT_TRUE(testing::all_ranks_succeeded(results)) << world << " ranks";
+    EXPECT_TRUE(testing::no_segments_left(job));
+  }
+}
+
+TEST(CollectiveErrorsTest, DifferentSplitSizesAreAMismatchNamingBoth) {
+  auto results = testing::run_ranks(2, [](const testing::RankContext& ctx) {
+    npu::set_device(ctx.rank);
+    ctx.init();
+    const std::vector<int64_t> splits = ctx.rank == 0 ? std::vector<int64_t>{2, 3}
+                                                      : std::vector<int64_t>{1, 4};
+    Tensor output = zeros({5}, kInt32).npu();
+    Tensor input = zeros({splits[ctx.rank]}, kInt32).npu();
+    try {
+      all_gather_into_tensor_uneven(output, input, splits);
+    } catch (const RemoteError& error) {
+      const std::string text = error.what();
+      require(text.find("splits=[2, 3]") != std::string::npos, text);
+      require(text.find("splits=[1, 4]") != std::string::npos, text);
+      return;
+    }
+    throw testing::RequirementFailed("no mismatch error");
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+}
+
+TEST(CollectiveErrorsTest, DeadPeerFailsSurvivorsWithinASecond) {
+  for (int world : {2, 4, 8}) {
+    const std::string job = testing::unique_job_id();
+    auto results = testing::run_ranks(world, [](const testing::RankContext& ctx) {
+      npu::set_device(ctx.rank % 8);
+      ctx.init(/*timeout_ms=*/60000);
+      Tensor t = ones({1 << 16}, kFloat32).npu();
+      all_reduce(t);
+      if (ctx.rank == 1) raise(SIGKILL);  // dies between collectives
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        all_reduce(t);
+      } catch (const RemoteError& error) {
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        require(std::string(error.what()).find("rank 1") != std::string::npos, error.what());
+        require(seconds < 1.0, str("noticed after ", seconds, " s"));
+        return;
+      }
+      throw testing::RequirementFailed("no error after a peer died");
+    }, std::chrono::seconds(60), job);
+    for (const auto& result : results) {
+      if (result.rank == 1) {
+        EXPECT_EQ(result.signal, SIGKILL);
+      } else {
+        EXPECT_EQ(result.exit_code, 0) << "rank " << result.rank << ": " << result.message;
+      }
+    }
+    EXPECT_TRUE(testing::no_segments_left(job));
+  }
+}
+
+// A pipe made before the ranks fork: one rank tells another "go on" (test sequencing only).
+struct Signal {
+  int fds[2];
+  Signal() { require(pipe(fds) == 0, "pipe"); }
+  void post() const { [[maybe_unused]] ssize_t n = write(fds[1], "x", 1); }
+  void wait() const {
+    char c;
+    [[maybe_unused]] ssize_t n = read(fds[0], &c, 1);
+  }
+};
+
+TEST(CollectiveErrorsTest, LateRankIsNamedAfterTheTimeout) {
+  const std::string job = testing::unique_job_id();
+  const Signal gave_up;
+  const Signal leave;
+  auto results = testing::run_ranks(3, [&](const testing::RankContext& ctx) {
+    npu::set_device(ctx.rank);
+    ctx.init(/*timeout_ms=*/30000);
+    default_group()->set_timeout(std::chrono::milliseconds(300));
+    Tensor t = ones({4}, kFloat32).npu();
+    if (ctx.rank == 2) {  // never calls the collective; lets the others leave once both gave up
+      gave_up.wait();
+      gave_up.wait();
+      leave.post();
+      leave.post();
+      return;
+    }
+    std::string text = "no error";
+    try {
+      all_reduce(t);
+    } catch (const TimeoutError& error) {
+      text = error.what();
+    }
+    gave_up.post();
+    leave.wait();  // nobody exits before both timed out, so no death is reported instead
+    require(text.find("timed out in all_reduce (sequence 1, timeout 300 ms): ranks 2 have not "
+                      "called it") != std::string::npos,
+            text);
+  }, std::chrono::seconds(60), job);
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+  EXPECT_TRUE(testing::no_segments_left(job));
+}
+
+TEST(CollectiveErrorsTest, MissingRankAtInitIsNamed) {
+  const std::string job = testing::unique_job_id();
+  auto results = testing::run_ranks(3, [](const testing::RankContext& ctx) {
+    if (ctx.rank == 1) return;  // never joins
+    try {
+      ctx.init(/*timeout_ms=*/500);
+    } catch (const TimeoutError& error) {
+      const std::string text = error.what();
+      require(text.find("ranks 1 to join") != std::string::npos, text);
+      return;
+    }
+    throw testing::RequirementFailed("init succeeded without rank 1");
+  }, std::chrono::seconds(60), job);
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+  EXPECT_TRUE(testing::no_segments_left(job));
+}
+
+TEST(CollectiveErrorsTest, AbortFailsPendingWorkOnEveryRank) {
+  const Signal aborted;
+  auto results = testing::run_ranks(2, [&](const testing::RankContext& ctx) {
+    npu::set_device(ctx.rank);
+    ctx.init();
+    Tensor t = ones({16}, kFloat32).npu();
+    if (ctx.rank == 0) {
+      auto work = all_reduce(t, ReduceOp::SUM, nullptr, /*async_op=*/true);  // rank 1 is not there
+      default_group()->abort("test abort");
+      aborted.post();
+      require_error([&] { work->wait(); }, "test abort");
+      require(work->is_completed() && !work->is_success() && work->exception(), "work state");
+    } else {
+      aborted.wait();
+      require_error([&] { barrier(); }, "test abort");
+    }
+    // The group can be replaced in the same processes.
+    destroy_process_group();
+    testing::RankContext again{ctx.rank, ctx.world, ctx.job_id + "-again"};
+    again.init();
+    Tensor fresh = ones({16}, kFloat32).npu();
+    all_reduce(fresh);
+    require(fresh.cpu().to_vector<float>()[0] == 2.0f, "new group works");
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+}
+
+}  // namespace
+}  // namespace shmccl

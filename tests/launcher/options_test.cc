@@ -1,0 +1,111 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+#include "launcher/options.h"
+
+#include <gtest/gtest.h>
+
+namespace shmccl::launcher {
+namespace {
+
+Options parse(std::vector<std::string> args) { return parse_options(args); }
+
+TEST(Options, AcceptsTorchrunSpellings) {
+  for (const auto& args : {std::vector<std::string>{"--nproc-per-node=4", "prog"},
+                           std::vector<std::string>{"--nproc_per_node", "4", "prog"},
+                           std::vector<std::string>{"--nproc_per_node=4", "--", "prog"}}) {
+    const Options options = parse(args);
+    EXPECT_EQ(options.nproc_per_node, 4);
+    EXPECT_EQ(options.command, std::vector<std::string>{"prog"});
+  }
+  EXPECT_EQ(parse({"--nproc-per-node", "auto", "p"}).nproc_per_node, 0);
+}
+
+TEST(Options, OptionsEndAtTheProgram) {
+  const Options options = parse({"-v", "prog", "--nproc-per-node", "2", "-v"});
+  EXPECT_TRUE(options.verbose);
+  EXPECT_EQ(options.nproc_per_node, 1);
+  EXPECT_EQ(options.command, (std::vector<std::string>{"prog", "--nproc-per-node", "2", "-v"}));
+  EXPECT_EQ(parse({"--", "-weird-name"}).command, std::vector<std::string>{"-weird-name"});
+}
+
+TEST(Options, ParsesEverySetting) {
+  const Options options =
+      parse({"--master_addr=10.0.0.1", "--master-port", "1234", "--rdzv-id", "job", "--standalone",
+             "--max-restarts=3", "--monitor-interval", "250ms", "--grace-period", "2",
+             "--timeout", "1m", "-r", "0:1,2:3", "-t3", "--log-dir", "/tmp/x",
+             "--local-ranks-filter=0,3", "--no-prefix", "--numa-binding", "core", "p"});
+  EXPECT_EQ(options.master_addr, "10.0.0.1");
+  EXPECT_EQ(options.master_port, 1234);
+  EXPECT_EQ(options.run_id, "job");
+  EXPECT_TRUE(options.standalone);
+  EXPECT_EQ(options.max_restarts, 3);
+  EXPECT_DOUBLE_EQ(options.monitor_interval_s, 0.25);
+  EXPECT_DOUBLE_EQ(options.grace_period_s, 2);
+  EXPECT_EQ(options.timeout, "60");
+  EXPECT_EQ(options.redirects.mask_for(0), kStdout);
+  EXPECT_EQ(options.redirects.mask_for(1), kNoStream);
+  EXPECT_EQ(options.redirects.mask_for(2), kBothStreams);
+  EXPECT_EQ(options.tee.mask_for(7), kBothStreams);
+  EXPECT_EQ(options.log_dir, "/tmp/x");
+  EXPECT_EQ(options.local_ranks_filter, (std::vector<int>{0, 3}));
+  EXPECT_FALSE(options.prefix);
+  EXPECT_EQ(options.numa, NumaMode::kCore);
+  EXPECT_EQ(parse({"--run-id", "other", "p"}).run_id, "other");
+  EXPECT_EQ(parse({"--stop-timeout=0", "p"}).grace_period_s, 0);
+}
+
+TEST(Options, RdzvEndpointSetsTheMaster) {
+  const Options options =
+      parse({"--rdzv-backend=c10d", "--rdzv-endpoint", "localhost:29400", "p"});
+  EXPECT_EQ(options.master_addr, "localhost");
+  EXPECT_EQ(options.master_port, 29400);
+}
+
+TEST(Options, Modes) {
+  EXPECT_EQ(parse({"--help"}).mode, Mode::kHelp);
+  EXPECT_EQ(parse({"--version"}).mode, Mode::kVersion);
+  EXPECT_EQ(parse({"--dump-config"}).mode, Mode::kDumpConfig);
+  const Options cleanup = parse({"--cleanup", "ns1", "ns2"});
+  EXPECT_EQ(cleanup.mode, Mode::kCleanup);
+  EXPECT_EQ(cleanup.command, (std::vector<std::string>{"ns1", "ns2"}));
+}
+
+TEST(Options, RejectsMalformedCommandLines) {
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {},
+           {"--unknown", "p"},
+           {"--nproc-per-node"},
+           {"--nproc-per-node", "x", "p"},
+           {"--nproc-per-node", "3x", "p"},
+           {"--nproc-per-node", "0", "p"},
+           {"--master-port", "-1", "p"},
+           {"--max-restarts", "", "p"},
+           {"--monitor-interval", "0", "p"},
+           {"--timeout", "forever", "p"},
+           {"-r", "4", "p"},
+           {"--tee", "0:1,x", "p"},
+           {"--local-ranks-filter", "0,,1", "p"},
+           {"--numa-binding", "all", "p"},
+           {"--standalone=1", "p"},
+           {"--v", "p"},
+           {"-verbose", "p"},
+           {"-m", "p"},
+           {"--nnodes", "2", "p"},
+           {"--nnodes", "1:2", "p"},
+           {"--nnodes", "x", "p"},
+           {"--node-rank", "3", "p"}}) {
+    EXPECT_THROW(parse(args), UsageError) << ::testing::PrintToString(args);
+  }
+}
+
+TEST(Options, MultiNodeMessage) {
+  try {
+    parse({"--nnodes=2", "p"});
+    FAIL();
+  } catch (const UsageError& error) {
+    EXPECT_STREQ(error.what(),
+                 "multi-node is not supported yet: shmccl runs the ranks of one host (--nnodes=1)");
+  }
+}
+
+}  // namespace
+}  // namespace shmccl::launcher

@@ -1,0 +1,93 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+#include "launcher/output_mux.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <string>
+
+namespace shmccl::launcher {
+namespace {
+
+// A pipe the test feeds, and two memory files standing in for the console and the log file.
+struct Pipes {
+  int source[2];
+  int console = memfd_create("console", MFD_CLOEXEC);
+  int file = memfd_create("file", MFD_CLOEXEC);
+  Pipes() {
+    EXPECT_EQ(pipe2(source, O_CLOEXEC), 0);
+    fcntl(source[0], F_SETFL, O_NONBLOCK);
+  }
+  ~Pipes() {
+    for (int fd : {source[0], source[1], console, file}) close(fd);
+  }
+  void write(const std::string& text) {
+    ASSERT_EQ(::write(source[1], text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  }
+  // Everything written to `fd` since the last call.
+  static std::string take(int fd) {
+    std::string out;
+    char buffer[4096];
+    ssize_t n;
+    lseek(fd, 0, SEEK_SET);
+    while ((n = ::read(fd, buffer, sizeof(buffer))) > 0) out.append(buffer, static_cast<size_t>(n));
+    EXPECT_EQ(ftruncate(fd, 0), 0);
+    lseek(fd, 0, SEEK_SET);
+    return out;
+  }
+};
+
+TEST(RankStream, PrefixesCompleteLinesAndHoldsPartialOnes) {
+  Pipes pipes;
+  RankStream stream(pipes.console, "[rank3]:", pipes.file);
+  pipes.write("one\ntw");
+  EXPECT_TRUE(stream.drain(pipes.source[0]));
+  EXPECT_EQ(Pipes::take(pipes.console), "[rank3]:one\n");
+  pipes.write("o\nthree");
+  EXPECT_TRUE(stream.drain(pipes.source[0]));
+  close(pipes.source[1]);
+  pipes.source[1] = -1;
+  EXPECT_FALSE(stream.drain(pipes.source[0])) << "end of file";
+  stream.finish();
+  EXPECT_EQ(Pipes::take(pipes.console), "[rank3]:two\n[rank3]:three\n");
+  EXPECT_EQ(Pipes::take(pipes.file), "one\ntwo\nthree\n") << "files get bare lines";
+}
+
+TEST(RankStream, CutsOverlongLines) {
+  Pipes pipes;
+  RankStream stream(pipes.console, "", -1);
+  const std::string chunk(40 * 1024, 'x');
+  pipes.write(chunk);
+  EXPECT_TRUE(stream.drain(pipes.source[0]));
+  EXPECT_EQ(Pipes::take(pipes.console), "");
+  pipes.write(chunk);
+  EXPECT_TRUE(stream.drain(pipes.source[0]));
+  const std::string out = Pipes::take(pipes.console);
+  EXPECT_EQ(out.size(), 80 * 1024 + 1);
+  EXPECT_EQ(out.back(), '\n');
+}
+
+TEST(RouteOutput, CombinesRedirectsTeeLogDirAndFilter) {
+  Options options;
+  EXPECT_EQ(route_output(options, 0).console, kBothStreams);
+  EXPECT_EQ(route_output(options, 0).file, kNoStream);
+
+  options.log_dir = "/tmp/x";
+  EXPECT_EQ(route_output(options, 0).file, kBothStreams) << "--log-dir alone tees everything";
+
+  options = parse_options({"--log-dir=/d", "--redirects=0:2", "--tee=1:1", "p"});
+  EXPECT_EQ(route_output(options, 0).console, kStdout);
+  EXPECT_EQ(route_output(options, 0).file, kStderr);
+  EXPECT_EQ(route_output(options, 1).console, kBothStreams);
+  EXPECT_EQ(route_output(options, 1).file, kStdout);
+  EXPECT_EQ(route_output(options, 2).file, kNoStream);
+
+  options = parse_options({"--local-ranks-filter=1", "p"});
+  EXPECT_EQ(route_output(options, 0).console, kNoStream);
+  EXPECT_EQ(route_output(options, 1).console, kBothStreams);
+}
+
+}  // namespace
+}  // namespace shmccl::launcher
