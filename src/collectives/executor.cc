@@ -198,6 +198,7 @@ void run_pool(detail::GroupState& state, ExecContext& context, const Algorithm& 
   const uint64_t end = base + total;
   if (total == 0) return;
   uint64_t claimed = header.claim.load(std::memory_order_relaxed);
+  bool resolved = false;
   while (claimed < end) {
     // The counter only grows, so a stale `claimed` can never succeed (no ABA).
     if (!header.claim.compare_exchange_weak(claimed, claimed + 1, std::memory_order_acq_rel,
@@ -206,6 +207,13 @@ void run_pool(detail::GroupState& state, ExecContext& context, const Algorithm& 
     }
     SHMCCL_CHECK(claimed >= base, "work pool counter ", claimed, " is behind this collective's ",
                  base);
+    // Map the peers' buffers only once this rank has work: while a chunk is unfinished no rank
+    // can leave the collective, so every owner is still alive (a rank that found no chunk left
+    // never touches peers that may already have exited).
+    if (!resolved) {
+      resolve_buffers(context);
+      resolved = true;
+    }
     algorithm.run_chunk(context, claimed - base);
     // Release: the chunk's writes happen-before any rank that sees the count reach `end`.
     if (header.done.fetch_add(1, std::memory_order_seq_cst) + 1 == end) transport.notify();
@@ -308,7 +316,6 @@ void execute(detail::GroupState& state, const OpPlan& plan) {
       algorithm.finish_inline(context);
       return;
     }
-    resolve_buffers(context);
     run_pool(state, context, algorithm, deadline);
     if (buffers.copy_out) copy_out(plan, buffers);
   } catch (const Error& error) {

@@ -4,6 +4,7 @@
 // the OpPlan, assign the sequence number, and run it in stream order, synchronously or not.
 #include "shmccl/process_group.hpp"
 
+#include <algorithm>
 #include <numeric>
 
 #include "collectives/executor.h"
@@ -25,8 +26,9 @@ int64_t product_of_trailing(const std::vector<int64_t>& sizes) {
   return product;
 }
 
-std::vector<int64_t> trailing(const std::vector<int64_t>& sizes) {
-  return sizes.empty() ? sizes : std::vector<int64_t>(sizes.begin() + 1, sizes.end());
+// True when both shapes agree in every dimension but dim 0 (no allocation: a hot path).
+bool same_trailing(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  return a.size() == b.size() && (a.empty() || std::equal(a.begin() + 1, a.end(), b.begin() + 1));
 }
 
 void check_defined(const Tensor& tensor, const char* op, const char* what) {
@@ -145,7 +147,7 @@ std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor_uneven(
   check_defined(input, plan.name, "input");
   check_same_type(output, input);
   SHMCCL_CHECK_ARG(output.dim() >= 1, plan.name, ": the output needs at least one dimension");
-  SHMCCL_CHECK_ARG(input.dim() == output.dim() && trailing(input.sizes()) == trailing(output.sizes()),
+  SHMCCL_CHECK_ARG(same_trailing(input.sizes(), output.sizes()),
                    plan.name, ": input shape ", input.sizes(), " and output shape ",
                    output.sizes(), " must agree in every dimension but dim 0");
   set_splits(plan, output_split_sizes, output.size(0), size());
@@ -172,7 +174,7 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor_uneven(
   check_defined(input, plan.name, "input");
   check_same_type(output, input);
   SHMCCL_CHECK_ARG(input.dim() >= 1, plan.name, ": the input needs at least one dimension");
-  SHMCCL_CHECK_ARG(input.dim() == output.dim() && trailing(input.sizes()) == trailing(output.sizes()),
+  SHMCCL_CHECK_ARG(same_trailing(input.sizes(), output.sizes()),
                    plan.name, ": input shape ", input.sizes(), " and output shape ",
                    output.sizes(), " must agree in every dimension but dim 0");
   set_splits(plan, input_split_sizes, input.size(0), size());
@@ -199,7 +201,7 @@ std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor(Tensor& output, const
   const auto& in = input.sizes();
   const auto& out = output.sizes();
   const bool concat_form = in.size() >= 1 && out.size() == in.size() && out[0] == n * in[0] &&
-                           trailing(out) == trailing(in);
+                           same_trailing(out, in);
   bool stack_form = out.size() == in.size() + 1 && out[0] == n;
   for (size_t d = 0; stack_form && d < in.size(); ++d) stack_form = out[d + 1] == in[d];
   SHMCCL_CHECK_ARG(concat_form || stack_form, plan.name, ": output shape ", out,
@@ -252,7 +254,7 @@ std::shared_ptr<Work> ProcessGroup::all_gather(std::vector<Tensor>& outputs, con
     const Tensor& output = outputs[static_cast<size_t>(r)];
     check_defined(output, plan.name, "output");
     check_same_type(output, input);
-    SHMCCL_CHECK_ARG(output.dim() == input.dim() && trailing(output.sizes()) == trailing(input.sizes()),
+    SHMCCL_CHECK_ARG(same_trailing(output.sizes(), input.sizes()),
                      plan.name, ": output ", r, " has shape ", output.sizes(),
                      ", which does not match the input shape ", input.sizes(),
                      " outside dim 0");

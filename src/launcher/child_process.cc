@@ -2,8 +2,8 @@
 #include "launcher/child_process.h"
 
 #include <fcntl.h>
-#include <sched.h>
 #include <linux/close_range.h>
+#include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -36,7 +36,8 @@ void write_stderr(const char* a, const char* b = "", const char* c = "") {
 std::vector<char*> c_strings(const std::vector<std::string>& strings) {
   std::vector<char*> pointers;
   pointers.reserve(strings.size() + 1);
-  for (const std::string& s : strings) pointers.push_back(const_cast<char*>(s.c_str()));
+  for (const std::string& s : strings)
+    pointers.push_back(const_cast<char*>(s.c_str()));
   pointers.push_back(nullptr);
   return pointers;
 }
@@ -111,6 +112,20 @@ ChildProcess ChildProcess::spawn(const SpawnRequest& request) {
     char* const* envp;
   } args{&request, getpid(), argv.data(), envp.data()};
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // Sanitizers cannot follow a child that runs on a foreign stack in shmrun's memory: plain fork.
+  const pid_t pid = fork();
+  if (pid < 0) detail::throw_system_error("fork", errno);
+  if (pid == 0) exec_child(request, args.parent, args.argv, args.envp);
+  // The child cannot be reaped before this returns, so its pid is still its own.
+  const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  if (pidfd < 0) {
+    const int error = errno;
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    detail::throw_system_error("pidfd_open(" + std::to_string(pid) + ")", error);
+  }
+#else
   // posix_spawn's technique: the child shares our memory (no page tables to copy, no
   // copy-on-write faults afterwards) and we are suspended until it has exec'd or exited, so it
   // can use this stack-allocated state safely. It needs its own stack, and must not allocate.
@@ -125,6 +140,7 @@ ChildProcess ChildProcess::spawn(const SpawnRequest& request) {
       },
       stack.get() + kStackSize, CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, &args, &pidfd);
   if (pid < 0) detail::throw_system_error("clone", errno);
+#endif
   return ChildProcess(pid, UniqueFd(pidfd));
 }
 
@@ -138,7 +154,9 @@ ChildProcess& ChildProcess::operator=(ChildProcess&& other) noexcept {
   return *this;
 }
 
-ChildProcess::~ChildProcess() { kill_and_reap(); }
+ChildProcess::~ChildProcess() {
+  kill_and_reap();
+}
 
 void ChildProcess::kill_and_reap() noexcept {
   if (!pidfd_ || status_) return;
@@ -152,9 +170,9 @@ void ChildProcess::kill_and_reap() noexcept {
 void ChildProcess::send_signal(int signal_number) {
   if (!pidfd_ || status_) return;
   if (pidfd_send_signal(pidfd_.get(), signal_number) < 0 && errno != ESRCH) {
-    detail::throw_system_error("pidfd_send_signal(" + std::to_string(pid_) + ", " +
-                                   signal_name(signal_number) + ")",
-                               errno);
+    detail::throw_system_error(
+        "pidfd_send_signal(" + std::to_string(pid_) + ", " + signal_name(signal_number) + ")",
+        errno);
   }
 }
 

@@ -1,11 +1,12 @@
 // Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
 //
-// ChildProcess: one forked and exec'd rank, owned through a pidfd. The child gets
-// PR_SET_PDEATHSIG(SIGKILL) (so it dies with shmrun even when shmrun is SIGKILLed), a clean
-// signal mask, every inherited fd closed at exec except stdin/stdout/stderr and the one fd it is
-// told to keep. The pidfd becomes readable when the child exits; signals go through the pidfd, so
-// they can never hit a recycled pid. The destructor SIGKILLs and reaps a child that was not
-// reaped: a ChildProcess never leaves an orphan or a zombie behind. Not thread-safe.
+// ChildProcess: one started rank, owned through a pidfd. It is started the way posix_spawn does
+// (clone with CLONE_VM | CLONE_VFORK: no page tables to copy; plain fork under sanitizers). The
+// child gets PR_SET_PDEATHSIG(SIGKILL) (it dies with shmrun even when shmrun is SIGKILLed), a
+// clean signal mask, and every inherited fd closed at exec except stdin/stdout/stderr and the one
+// fd it is told to keep. The pidfd becomes readable when the child exits; signals go through the
+// pidfd, so they can never hit a recycled pid. The destructor SIGKILLs and reaps a child that was
+// not reaped: a ChildProcess never leaves an orphan or a zombie behind. Not thread-safe.
 #pragma once
 
 #include <sys/types.h>
@@ -35,21 +36,21 @@ struct ExitStatus {
 std::string signal_name(int signal_number);
 
 struct SpawnRequest {
-  std::string path;                // executable, already resolved (see resolve_program)
-  std::vector<std::string> argv;   // argv[0] included
-  std::vector<std::string> env;    // "NAME=value" entries: the child's whole environment
-  int stdout_fd = -1;              // becomes the child's fd 1 (-1: inherit shmrun's)
-  int stderr_fd = -1;              // becomes the child's fd 2 (-1: inherit shmrun's)
-  int keep_fd = -1;                // stays open, same number, across exec (-1: none)
-  // Runs in the child just before exec, after fork; must not allocate or take locks. Returns
+  std::string path;               // executable, already resolved (see resolve_program)
+  std::vector<std::string> argv;  // argv[0] included
+  std::vector<std::string> env;   // "NAME=value" entries: the child's whole environment
+  int stdout_fd = -1;             // becomes the child's fd 1 (-1: inherit shmrun's)
+  int stderr_fd = -1;             // becomes the child's fd 2 (-1: inherit shmrun's)
+  int keep_fd = -1;               // stays open, same number, across exec (-1: none)
+  // Runs in the child just before exec, in shmrun's memory: must not allocate or lock. Returns
   // nullptr, or a message: then the child prints it and exits 126.
   std::function<const char*()> before_exec;
 };
 
 class ChildProcess {
  public:
-  // Forks and execs. Throws SystemError if fork or pidfd_open fails; a failed exec shows up
-  // as the child exiting 127 after printing why to its stderr.
+  // Starts the program. Throws SystemError if clone/fork fails; a failed exec shows up as the
+  // child exiting 127 after printing why to its stderr.
   static ChildProcess spawn(const SpawnRequest& request);
 
   ChildProcess() = default;  // no process

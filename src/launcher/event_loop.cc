@@ -20,7 +20,9 @@ EventLoop::EventLoop() {
   if (result < 0) detail::throw_system_error("io_uring_queue_init", -result);
 }
 
-EventLoop::~EventLoop() { io_uring_queue_exit(&ring_); }
+EventLoop::~EventLoop() {
+  io_uring_queue_exit(&ring_);
+}
 
 io_uring_sqe* EventLoop::next_sqe() {
   io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
@@ -70,7 +72,8 @@ void EventLoop::cancel(OpId id) {
 
 void EventLoop::run_once() {
   int result = io_uring_submit_and_wait(&ring_, 1);
-  if (result < 0 && result != -EINTR) detail::throw_system_error("io_uring_submit_and_wait", -result);
+  if (result < 0 && result != -EINTR)
+    detail::throw_system_error("io_uring_submit_and_wait", -result);
 
   // Collect first, then dispatch: handlers queue new SQEs and may cancel ids seen in this batch.
   std::vector<std::pair<OpId, int>> completions;

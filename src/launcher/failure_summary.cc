@@ -9,7 +9,8 @@ namespace {
 const std::string kHeavyRule(60, '=');
 const std::string kLightRule(60, '-');
 
-void append_entry(std::string& out, int index, const RankExit& exit, const SummaryContext& context) {
+void append_entry(std::string& out, int index, const RankExit& exit,
+                  const SummaryContext& context) {
   auto field = [&out](const char* name, const std::string& value) {
     out += "  ";
     out += name;
@@ -19,7 +20,8 @@ void append_entry(std::string& out, int index, const RankExit& exit, const Summa
   out += "[" + std::to_string(index) + "]:\n";
   field("time", format_time(exit.time));
   field("host", context.host);
-  field("rank", std::to_string(exit.rank) + " (local_rank: " + std::to_string(exit.local_rank) + ")");
+  field("rank",
+        std::to_string(exit.rank) + " (local_rank: " + std::to_string(exit.local_rank) + ")");
   // torchrun's convention: a negative exit code is the signal number.
   const int code = exit.status.signaled ? -exit.status.code : exit.status.code;
   field("exitcode", std::to_string(code) + " (pid: " + std::to_string(exit.pid) + ")");

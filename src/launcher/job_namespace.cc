@@ -17,13 +17,15 @@
 namespace shmccl::launcher {
 namespace {
 
-std::string path_of(const std::string& entry) { return std::string(kShmDir) + "/" + entry; }
+std::string path_of(const std::string& entry) {
+  return std::string(kShmDir) + "/" + entry;
+}
 
 }  // namespace
 
 std::string sanitize_run_id(const std::string& run_id) {
   std::string name;
-  for (char c : run_id.substr(0, 64)) {
+  for (char c : run_id.substr(0, kMaxRunIdChars)) {
     const bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
                       c == '_' || c == '-';
     name += keep ? c : '_';
@@ -71,7 +73,8 @@ JobNamespace JobNamespace::create(const std::string& run_id) {
     const std::string& path;
     ~RemoveTemporary() { unlink(path.c_str()); }
   } remove_temporary{temporary};
-  if (flock(lock.get(), LOCK_SH) != 0) detail::throw_system_error("flock(" + temporary + ")", errno);
+  if (flock(lock.get(), LOCK_SH) != 0)
+    detail::throw_system_error("flock(" + temporary + ")", errno);
 
   const std::string base = sanitize_run_id(run_id) + "-";
   for (int attempt = 0;; ++attempt) {

@@ -44,7 +44,12 @@ class JobNamespace {
   UniqueFd lock_;
 };
 
-// A run id made safe for file names: [A-Za-z0-9_-] kept, anything else '_', at most 64 chars.
+// The library takes at most 64 characters of SHMCCL_NAMESPACE (transport/segment_names.h); the
+// namespace is the run id, '-' and 16 hex digits, so the run id gets 47.
+inline constexpr size_t kMaxRunIdChars = 64 - 1 - 16;
+
+// A run id made safe for file names: [A-Za-z0-9_-] kept, anything else '_', at most
+// kMaxRunIdChars characters; "none" if empty.
 std::string sanitize_run_id(const std::string& run_id);
 // `bytes` random bytes as lowercase hex, from getrandom(2).
 std::string random_hex(size_t bytes);

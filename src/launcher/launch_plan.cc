@@ -26,12 +26,24 @@ constexpr int kDefaultMasterPort = 29500;
 
 // Every variable shmrun sets; inherited values of these are replaced, never duplicated.
 const std::set<std::string>& owned_variables() {
-  static const std::set<std::string> names = {
-      "RANK",           "LOCAL_RANK",         "WORLD_SIZE",       "LOCAL_WORLD_SIZE",
-      "GROUP_RANK",     "GROUP_WORLD_SIZE",   "ROLE_RANK",        "ROLE_WORLD_SIZE",
-      "ROLE_NAME",      "MASTER_ADDR",        "MASTER_PORT",      "TORCHELASTIC_RESTART_COUNT",
-      "TORCHELASTIC_MAX_RESTARTS",            "TORCHELASTIC_RUN_ID",
-      "SHMCCL_JOB_ID",  "SHMCCL_NAMESPACE",   "SHMCCL_LAUNCHER_PID", "SHMCCL_LOCK_FD"};
+  static const std::set<std::string> names = {"RANK",
+                                              "LOCAL_RANK",
+                                              "WORLD_SIZE",
+                                              "LOCAL_WORLD_SIZE",
+                                              "GROUP_RANK",
+                                              "GROUP_WORLD_SIZE",
+                                              "ROLE_RANK",
+                                              "ROLE_WORLD_SIZE",
+                                              "ROLE_NAME",
+                                              "MASTER_ADDR",
+                                              "MASTER_PORT",
+                                              "TORCHELASTIC_RESTART_COUNT",
+                                              "TORCHELASTIC_MAX_RESTARTS",
+                                              "TORCHELASTIC_RUN_ID",
+                                              "SHMCCL_JOB_ID",
+                                              "SHMCCL_NAMESPACE",
+                                              "SHMCCL_LAUNCHER_PID",
+                                              "SHMCCL_LOCK_FD"};
   return names;
 }
 
@@ -80,7 +92,8 @@ LaunchPlan make_launch_plan(const Options& options, std::vector<std::string>* wa
   }
   plan.program_path = *resolved;
   plan.argv = options.command;
-  for (char** entry = environ; *entry != nullptr; ++entry) plan.base_env.emplace_back(*entry);
+  for (char** entry = environ; *entry != nullptr; ++entry)
+    plan.base_env.emplace_back(*entry);
 
   plan.world_size = options.nproc_per_node > 0 ? options.nproc_per_node : usable_cpu_count();
   plan.run_id = options.run_id ? *options.run_id : (options.standalone ? random_hex(16) : "none");
@@ -115,9 +128,8 @@ LaunchPlan make_launch_plan(const Options& options, std::vector<std::string>* wa
       // torchrun's behaviour: --redirects/--tee without --log-dir log to a temporary directory.
       std::string temporary = "/tmp/shmrun-" + sanitize_run_id(plan.run_id) + "-XXXXXX";
       if (mkdtemp(temporary.data()) == nullptr) {
-        throw LaunchError("cannot create a log directory in /tmp: " +
-                              std::string(std::strerror(errno)),
-                          1);
+        throw LaunchError(
+            "cannot create a log directory in /tmp: " + std::string(std::strerror(errno)), 1);
       }
       log_dir = temporary;
       if (warnings != nullptr) warnings->push_back("rank logs are written to " + log_dir);
@@ -132,8 +144,7 @@ LaunchPlan make_launch_plan(const Options& options, std::vector<std::string>* wa
 }
 
 std::vector<std::string> LaunchPlan::rank_env(int rank, int restart_count,
-                                              const std::string& job_namespace,
-                                              int lock_fd) const {
+                                              const std::string& job_namespace, int lock_fd) const {
   std::vector<std::string> env;
   env.reserve(base_env.size() + 24);
   const std::set<std::string>& owned = owned_variables();

@@ -1,6 +1,10 @@
 // Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
 //
 // shmrun: starts the ranks of a shmccl job on this host and supervises them (docs/launcher.md).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -33,7 +37,8 @@ int dump_config() {
   size_t widths[4] = {0, 0, 0, 0};
   for (const Row& row : rows) {
     const std::string* cells[4] = {&row.name, &row.kind, &row.default_value, &row.value};
-    for (int i = 0; i < 4; ++i) widths[i] = std::max(widths[i], cells[i]->size());
+    for (int i = 0; i < 4; ++i)
+      widths[i] = std::max(widths[i], cells[i]->size());
   }
   for (const Row& row : rows) {
     std::printf("%-*s  %-*s  %-*s  %-*s  %s\n", static_cast<int>(widths[0]), row.name.c_str(),
@@ -46,11 +51,13 @@ int dump_config() {
 
 int cleanup(const std::vector<std::string>& only) {
   const CleanupReport report = cleanup_stale_namespaces(only);
-  for (const std::string& entry : report.removed) std::printf("removed /dev/shm/%s\n", entry.c_str());
+  for (const std::string& entry : report.removed)
+    std::printf("removed /dev/shm/%s\n", entry.c_str());
   for (const std::string& ns : report.live) {
     std::printf("kept namespace %s: its job is still running (lock held)\n", ns.c_str());
   }
-  for (const std::string& error : report.errors) std::fprintf(stderr, "shmrun: %s\n", error.c_str());
+  for (const std::string& error : report.errors)
+    std::fprintf(stderr, "shmrun: %s\n", error.c_str());
   std::printf("shmrun --cleanup: removed %zu entries, kept %zu live namespaces\n",
               report.removed.size(), report.live.size());
   return report.errors.empty() ? 0 : kExitError;
@@ -97,7 +104,8 @@ int run_job(const Options& options) {
     char host[256] = "?";
     gethostname(host, sizeof(host) - 1);
     context.host = host;
-    for (const RankPlan& rank : plan.ranks) context.log_files.push_back(rank.log_file);
+    for (const RankPlan& rank : plan.ranks)
+      context.log_files.push_back(rank.log_file);
     context.trace_file = plan.trace_file;
     const std::string summary = format_failure_summary(context, failed, result.others);
     std::fflush(stdout);
@@ -106,7 +114,16 @@ int run_job(const Options& options) {
   }
 }
 
+// A closed stdin/stdout/stderr would be reused by the first pipe shmrun makes, and a rank's
+// output would then land in the wrong place: park /dev/null there instead.
+void ensure_standard_fds() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+  }
+}
+
 int shmrun_main(int argc, char** argv) {
+  ensure_standard_fds();
   Options options;
   try {
     options = parse_options(std::vector<std::string>(argv + 1, argv + argc));
@@ -141,4 +158,6 @@ int shmrun_main(int argc, char** argv) {
 }  // namespace
 }  // namespace shmccl::launcher
 
-int main(int argc, char** argv) { return shmccl::launcher::shmrun_main(argc, argv); }
+int main(int argc, char** argv) {
+  return shmccl::launcher::shmrun_main(argc, argv);
+}

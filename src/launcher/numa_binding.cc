@@ -79,14 +79,16 @@ CpuTopology CpuTopology::detect() {
 
 int CpuTopology::core_count() const {
   int count = 0;
-  for (const Node& node : nodes) count += static_cast<int>(node.cores.size());
+  for (const Node& node : nodes)
+    count += static_cast<int>(node.cores.size());
   return count;
 }
 
 int CpuTopology::cpu_count() const {
   int count = 0;
   for (const Node& node : nodes) {
-    for (const auto& core : node.cores) count += static_cast<int>(core.size());
+    for (const auto& core : node.cores)
+      count += static_cast<int>(core.size());
   }
   return count;
 }
@@ -117,7 +119,8 @@ std::vector<Binding> plan_bindings(NumaMode mode, const CpuTopology& topology, i
     binding.node = node.id;
     std::vector<int> chosen;  // core indices on the node
     if (mode == NumaMode::kNode) {
-      for (int core = 0; core < cores; ++core) chosen.push_back(core);
+      for (int core = 0; core < cores; ++core)
+        chosen.push_back(core);
     } else if (peers > cores) {
       shared = true;
       chosen.push_back(index % cores);
@@ -136,10 +139,9 @@ std::vector<Binding> plan_bindings(NumaMode mode, const CpuTopology& topology, i
     std::sort(binding.cpus.begin(), binding.cpus.end());
   }
   if (shared && warning != nullptr) {
-    *warning = std::to_string(local_ranks) + " ranks but only " +
-               std::to_string(topology.core_count()) +
-               " usable cores: --numa-binding=" + numa_mode_name(mode) +
-               " makes some ranks share a core";
+    *warning =
+        std::to_string(local_ranks) + " ranks but only " + std::to_string(topology.core_count()) +
+        " usable cores: --numa-binding=" + numa_mode_name(mode) + " makes some ranks share a core";
   }
   return plan;
 }
@@ -148,7 +150,8 @@ std::string format_cpu_list(const std::vector<int>& cpus) {
   std::string text;
   for (size_t i = 0; i < cpus.size();) {
     size_t j = i;
-    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1)
+      ++j;
     if (!text.empty()) text += ',';
     text += std::to_string(cpus[i]);
     if (j > i) text += '-' + std::to_string(cpus[j]);
@@ -169,7 +172,8 @@ PreparedBinding::PreparedBinding(const Binding& binding) {
   if (!binding.cpus.empty()) {
     const int max_cpu = *std::max_element(binding.cpus.begin(), binding.cpus.end());
     cpu_mask_.assign(static_cast<size_t>(max_cpu) / kBitsPerWord + 1, 0);
-    for (int cpu : binding.cpus) cpu_mask_[cpu / kBitsPerWord] |= 1UL << (cpu % kBitsPerWord);
+    for (int cpu : binding.cpus)
+      cpu_mask_[cpu / kBitsPerWord] |= 1UL << (cpu % kBitsPerWord);
   }
   if (binding.node >= 0) {
     node_mask_.assign(static_cast<size_t>(binding.node) / kBitsPerWord + 1, 0);
@@ -185,8 +189,7 @@ const char* PreparedBinding::apply() const noexcept {
   }
   // Preferred, not bound: a full node falls back to others instead of failing allocations.
   if (!node_mask_.empty() &&
-      set_mempolicy(MPOL_PREFERRED, node_mask_.data(), node_mask_.size() * kBitsPerWord + 1) !=
-          0) {
+      set_mempolicy(MPOL_PREFERRED, node_mask_.data(), node_mask_.size() * kBitsPerWord + 1) != 0) {
     return "--numa-binding: set_mempolicy(MPOL_PREFERRED) failed";
   }
   return nullptr;

@@ -42,8 +42,8 @@ int int_value(const std::string& flag, std::string_view value, int64_t min, int6
 double seconds_value(const std::string& flag, const std::string& value, bool allow_zero) {
   double seconds = 0;
   if (!config::parse_seconds(value, &seconds) || (!allow_zero && seconds <= 0)) {
-    invalid(flag, value, allow_zero ? "seconds >= 0, e.g. 30, 1.5, 500ms"
-                                    : "seconds > 0, e.g. 30, 1.5, 500ms");
+    invalid(flag, value,
+            allow_zero ? "seconds >= 0, e.g. 30, 1.5, 500ms" : "seconds > 0, e.g. 30, 1.5, 500ms");
   }
   return seconds;
 }
@@ -104,36 +104,42 @@ struct Flag {
 
 const std::vector<Flag>& flags() {
   static const std::vector<Flag> table = {
-      {{"nproc-per-node"}, true,
+      {{"nproc-per-node"},
+       true,
        [](Options& o, const std::string& f, const std::string& v) {
          o.nproc_per_node = (v == "auto" || v == "cpu")
                                 ? 0
                                 : int_value(f, v, 1, kMaxRanks, "a positive integer or 'auto'");
        }},
-      {{"nnodes"}, true, [](Options&, const std::string& f, const std::string& v) {
-         nnodes_value(f, v);
-       }},
-      {{"node-rank"}, true,
+      {{"nnodes"},
+       true,
+       [](Options&, const std::string& f, const std::string& v) { nnodes_value(f, v); }},
+      {{"node-rank"},
+       true,
        [](Options&, const std::string& f, const std::string& v) {
          if (int_value(f, v, 0, 1 << 20, "a non-negative integer") != 0) {
            throw UsageError(kMultiNode);
          }
        }},
-      {{"master-addr"}, true,
+      {{"master-addr"},
+       true,
        [](Options& o, const std::string& f, const std::string& v) {
          if (v.empty()) invalid(f, v, "a host name or address");
          o.master_addr = v;
        }},
-      {{"master-port"}, true,
+      {{"master-port"},
+       true,
        [](Options& o, const std::string& f, const std::string& v) {
          o.master_port = int_value(f, v, 0, 65535, "a port number 0-65535");
        }},
-      {{"rdzv-id", "run-id"}, true,
+      {{"rdzv-id", "run-id"},
+       true,
        [](Options& o, const std::string& f, const std::string& v) {
          if (v.empty()) invalid(f, v, "a non-empty job id");
          o.run_id = v;
        }},
-      {{"rdzv-endpoint"}, true,
+      {{"rdzv-endpoint"},
+       true,
        [](Options& o, const std::string& f, const std::string& v) {
          // host[:port]; torchrun users pass it with the c10d backend on one node.
          const size_t colon = v.rfind(':');
@@ -144,40 +150,50 @@ const std::vector<Flag>& flags() {
                int_value(f, std::string_view(v).substr(colon + 1), 0, 65535, "host[:port]");
          }
        }},
-      {{"rdzv-backend", "rdzv-conf"}, true, [](Options&, const std::string&, const std::string&) {
+      {{"rdzv-backend", "rdzv-conf"},
+       true,
+       [](Options&, const std::string&, const std::string&) {
          // Accepted for torchrun compatibility: one host needs no rendezvous backend.
        }},
       {{"standalone"}, false, [](Options& o, auto&, auto&) { o.standalone = true; }},
-      {{"max-restarts"}, true,
+      {{"max-restarts"},
+       true,
        [](Options& o, const std::string& f, const std::string& v) {
          o.max_restarts = int_value(f, v, 0, 1000000, "a non-negative integer");
        }},
-      {{"monitor-interval"}, true,
+      {{"monitor-interval"},
+       true,
        [](Options& o, const std::string& f, const std::string& v) {
          o.monitor_interval_s = seconds_value(f, v, false);
        }},
-      {{"grace-period", "stop-timeout"}, true,
+      {{"grace-period", "stop-timeout"},
+       true,
        [](Options& o, const std::string& f, const std::string& v) {
          o.grace_period_s = seconds_value(f, v, true);
        }},
-      {{"timeout"}, true,
+      {{"timeout"},
+       true,
        [](Options& o, const std::string& f, const std::string& v) {
          o.timeout = format_seconds(seconds_value(f, v, false));
        }},
-      {{"redirects", "r"}, true,
+      {{"redirects", "r"},
+       true,
        [](Options& o, const std::string& f, const std::string& v) {
          o.redirects = stream_selection(f, v);
        }},
-      {{"tee", "t"}, true,
+      {{"tee", "t"},
+       true,
        [](Options& o, const std::string& f, const std::string& v) {
          o.tee = stream_selection(f, v);
        }},
-      {{"log-dir"}, true,
+      {{"log-dir"},
+       true,
        [](Options& o, const std::string& f, const std::string& v) {
          if (v.empty()) invalid(f, v, "a directory");
          o.log_dir = v;
        }},
-      {{"local-ranks-filter"}, true,
+      {{"local-ranks-filter"},
+       true,
        [](Options& o, const std::string& f, const std::string& v) {
          std::vector<int> ranks;
          for (std::string_view part : split(v, ',')) {
@@ -186,7 +202,8 @@ const std::vector<Flag>& flags() {
          o.local_ranks_filter = std::move(ranks);
        }},
       {{"no-prefix"}, false, [](Options& o, auto&, auto&) { o.prefix = false; }},
-      {{"numa-binding"}, true,
+      {{"numa-binding"},
+       true,
        [](Options& o, const std::string& f, const std::string& v) {
          if (v == "none") {
            o.numa = NumaMode::kNone;
@@ -200,10 +217,14 @@ const std::vector<Flag>& flags() {
            invalid(f, v, "none, node, exclusive or core");
          }
        }},
-      {{"no-python"}, false, [](Options&, auto&, auto&) {
+      {{"no-python"},
+       false,
+       [](Options&, auto&, auto&) {
          // Accepted for torchrun compatibility: shmrun always executes the program directly.
        }},
-      {{"module", "m"}, false, [](Options&, auto&, auto&) {
+      {{"module", "m"},
+       false,
+       [](Options&, auto&, auto&) {
          throw UsageError("shmrun runs executables, not Python modules: drop -m/--module");
        }},
       {{"verbose", "v"}, false, [](Options& o, auto&, auto&) { o.verbose = true; }},

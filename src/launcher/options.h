@@ -27,7 +27,7 @@ enum StreamMask : unsigned { kNoStream = 0, kStdout = 1, kStderr = 2, kBothStrea
 
 // "3" (every local rank) or "0:1,1:2" (per local rank), as torchrun spells it.
 struct StreamSelection {
-  std::optional<unsigned> all;               // set by the plain form
+  std::optional<unsigned> all;                    // set by the plain form
   std::vector<std::pair<int, unsigned>> by_rank;  // (local rank, mask) from the mapped form
   bool given = false;
   unsigned mask_for(int local_rank) const;
@@ -41,7 +41,7 @@ struct Options {
   // Topology. nproc_per_node == 0 means "auto" (one rank per usable core).
   int nproc_per_node = 1;
   std::string master_addr = "127.0.0.1";
-  std::optional<int> master_port;  // unset: 29500, or a free port with --standalone
+  std::optional<int> master_port;     // unset: 29500, or a free port with --standalone
   std::optional<std::string> run_id;  // --rdzv-id / --run-id
   bool standalone = false;
 

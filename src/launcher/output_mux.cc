@@ -19,7 +19,8 @@ OutputRouting route_output(const Options& options, int local_rank) {
   const unsigned redirected = options.redirects.mask_for(local_rank);
   OutputRouting routing;
   routing.file = redirected | options.tee.mask_for(local_rank);
-  if (options.log_dir && !options.redirects.given && !options.tee.given) routing.file = kBothStreams;
+  if (options.log_dir && !options.redirects.given && !options.tee.given)
+    routing.file = kBothStreams;
   routing.console = kBothStreams & ~redirected;
   if (options.local_ranks_filter) {
     const auto& shown = *options.local_ranks_filter;

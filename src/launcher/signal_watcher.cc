@@ -13,7 +13,8 @@ namespace shmccl::launcher {
 SignalWatcher::SignalWatcher() {
   sigset_t handled;
   sigemptyset(&handled);
-  for (int signal_number : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&handled, signal_number);
+  for (int signal_number : {SIGINT, SIGTERM, SIGHUP, SIGQUIT})
+    sigaddset(&handled, signal_number);
   SHMCCL_SYSCALL(sigprocmask(SIG_BLOCK, &handled, nullptr), "sigprocmask");
   fd_.reset(signalfd(-1, &handled, SFD_NONBLOCK | SFD_CLOEXEC));
   if (!fd_) detail::throw_system_error("signalfd", errno);

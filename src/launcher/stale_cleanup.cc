@@ -16,7 +16,9 @@
 namespace shmccl::launcher {
 namespace {
 
-std::string path_of(const std::string& entry) { return std::string(kShmDir) + "/" + entry; }
+std::string path_of(const std::string& entry) {
+  return std::string(kShmDir) + "/" + entry;
+}
 
 // shmccl.<namespace>.<suffix> -> <namespace>; "" for names of another shape.
 std::string namespace_of(const std::string& entry) {

@@ -13,9 +13,9 @@
 namespace shmccl::launcher {
 
 struct CleanupReport {
-  std::vector<std::string> removed;         // entry names, in removal order
-  std::vector<std::string> live;            // namespaces kept because their lock is held
-  std::vector<std::string> errors;          // what could not be examined or removed, and why
+  std::vector<std::string> removed;  // entry names, in removal order
+  std::vector<std::string> live;     // namespaces kept because their lock is held
+  std::vector<std::string> errors;   // what could not be examined or removed, and why
 };
 
 // Considers the given namespaces, or every shmccl namespace in /dev/shm when `only` is empty.

@@ -38,7 +38,6 @@ struct Rank {
   UniqueFd log_file;
   Pipe out;
   Pipe err;
-  std::optional<RankExit> exit;
 };
 
 // Returns the read end (non-blocking, CLOEXEC) and the write end for the child (CLOEXEC too:
@@ -78,7 +77,8 @@ class Supervisor {
     }
     arm_signals();
     if (plan_.verbose) arm_monitor();
-    while (live_ > 0) loop_.run_once();
+    while (live_ > 0)
+      loop_.run_once();
     result.root_cause = root_cause_;
     result.others = others_;
     result.signal = signal_;
@@ -128,16 +128,18 @@ class Supervisor {
     exit.pid = rank.child.pid();
     exit.status = *rank.child.status();
     exit.time = std::chrono::system_clock::now();
-    exit.stopped = stopping_;
-    rank.exit = exit;
-    SHMCCL_INFO(kLaunch, "rank ", exit.rank, " (pid ", exit.pid, ") ended: ", exit.status.describe(),
-                "; ", live_, " still running");
+    SHMCCL_INFO(kLaunch, "rank ", exit.rank, " (pid ", exit.pid,
+                ") ended: ", exit.status.describe(), "; ", live_, " still running");
     if (exit.status.success()) return;
-    if (!stopping_) {
+    // Ctrl-C reaches the ranks and shmrun at once: a rank killed by it is not the root cause of
+    // a failure, so look at shmrun's own pending signals before blaming the rank.
+    if (!stopping_) handle_signals();
+    exit.stopped = stopping_;
+    if (stopping_) {
+      others_.push_back(exit);
+    } else {
       root_cause_ = exit;
       begin_stop();
-    } else {
-      others_.push_back(exit);
     }
   }
 
@@ -145,9 +147,10 @@ class Supervisor {
     if (stopping_) return;
     stopping_ = true;
     if (live_ == 0) return;
-    SHMCCL_INFO(kLaunch, "stopping ", live_, " ranks: SIGTERM, SIGKILL after ", plan_.grace_period_s,
-                " s");
-    for (Rank& rank : ranks_) rank.child.send_signal(SIGTERM);
+    SHMCCL_INFO(kLaunch, "stopping ", live_, " ranks: SIGTERM, SIGKILL after ",
+                plan_.grace_period_s, " s");
+    for (Rank& rank : ranks_)
+      rank.child.send_signal(SIGTERM);
     loop_.add_timeout(to_duration(plan_.grace_period_s), [this](int) {
       if (live_ > 0) {
         SHMCCL_INFO(kLaunch, "grace period over: SIGKILL to ", live_, " ranks");
@@ -157,22 +160,27 @@ class Supervisor {
   }
 
   void kill_all() {
-    for (Rank& rank : ranks_) rank.child.send_signal(SIGKILL);
+    for (Rank& rank : ranks_)
+      rank.child.send_signal(SIGKILL);
   }
 
   void arm_signals() {
     loop_.add_poll(signals_.fd(), POLLIN, [this](int) {
-      while (std::optional<int> signal_number = signals_.next()) {
-        SHMCCL_INFO(kLaunch, "received ", signal_name(*signal_number));
-        if (!signal_) signal_ = *signal_number;
-        if (stopping_) {
-          kill_all();  // a second signal: no more grace
-        } else {
-          begin_stop();
-        }
-      }
+      handle_signals();
       arm_signals();
     });
+  }
+
+  void handle_signals() {
+    while (std::optional<int> signal_number = signals_.next()) {
+      SHMCCL_INFO(kLaunch, "received ", signal_name(*signal_number));
+      if (!signal_) signal_ = *signal_number;
+      if (stopping_) {
+        kill_all();  // a second signal: no more grace
+      } else {
+        begin_stop();
+      }
+    }
   }
 
   void arm_monitor() {
@@ -194,49 +202,56 @@ class Supervisor {
   std::optional<int> signal_;
 };
 
+Rank start_rank(const LaunchPlan& plan, const RankPlan& rank_plan, int restart_count,
+                const JobNamespace& job_namespace) {
+  Rank rank;
+  rank.plan = &rank_plan;
+  if (!rank_plan.log_file.empty()) {
+    rank.log_file = open_log_file(rank_plan.log_file, restart_count);
+  }
+  const std::string prefix =
+      plan.prefix ? "[rank" + std::to_string(rank_plan.rank) + "]:" : std::string();
+  const unsigned console = rank_plan.routing.console, file = rank_plan.routing.file;
+  auto [out_read, out_write] = make_pipe();
+  auto [err_read, err_write] = make_pipe();
+  rank.out.read_end = std::move(out_read);
+  rank.out.stream = std::make_unique<RankStream>(console & kStdout ? STDOUT_FILENO : -1, prefix,
+                                                 file & kStdout ? rank.log_file.get() : -1);
+  rank.err.read_end = std::move(err_read);
+  rank.err.stream = std::make_unique<RankStream>(console & kStderr ? STDERR_FILENO : -1, prefix,
+                                                 file & kStderr ? rank.log_file.get() : -1);
+
+  SpawnRequest request;
+  request.path = plan.program_path;
+  request.argv = plan.argv;
+  request.env =
+      plan.rank_env(rank_plan.rank, restart_count, job_namespace.name(), job_namespace.lock_fd());
+  request.stdout_fd = out_write.get();  // the parent's copies close when this returns
+  request.stderr_fd = err_write.get();
+  request.keep_fd = job_namespace.lock_fd();
+  std::optional<PreparedBinding> binding;
+  if (!rank_plan.binding.empty()) {
+    binding.emplace(rank_plan.binding);
+    request.before_exec = [&binding]() { return binding->apply(); };
+  }
+  rank.child = ChildProcess::spawn(request);
+  SHMCCL_INFO(kLaunch, "rank ", rank_plan.rank, ": pid ", rank.child.pid(), ", binding ",
+              rank_plan.binding.describe(), rank_plan.log_file.empty() ? "" : ", log ",
+              rank_plan.log_file);
+  return rank;
+}
+
 }  // namespace
 
 AttemptResult WorkerGroup::run(int restart_count) {
   JobNamespace job_namespace = JobNamespace::create(plan_.run_id);
   AttemptResult result;
-  result.job_namespace = job_namespace.name();
 
   const auto start = Clock::now();
   std::vector<Rank> ranks;  // declared after the namespace: ranks are reaped before removal
-  ranks.reserve(plan_.ranks.size());
+  ranks.reserve(plan_.ranks.size());  // never reallocated: the loop's handlers point into it
   for (const RankPlan& rank_plan : plan_.ranks) {
-    Rank& rank = ranks.emplace_back();
-    rank.plan = &rank_plan;
-    if (!rank_plan.log_file.empty()) rank.log_file = open_log_file(rank_plan.log_file, restart_count);
-    const std::string prefix =
-        plan_.prefix ? "[rank" + std::to_string(rank_plan.rank) + "]:" : std::string();
-    auto [out_read, out_write] = make_pipe();
-    auto [err_read, err_write] = make_pipe();
-    const unsigned console = rank_plan.routing.console, file = rank_plan.routing.file;
-    rank.out.read_end = std::move(out_read);
-    rank.out.stream = std::make_unique<RankStream>(console & kStdout ? STDOUT_FILENO : -1, prefix,
-                                                   file & kStdout ? rank.log_file.get() : -1);
-    rank.err.read_end = std::move(err_read);
-    rank.err.stream = std::make_unique<RankStream>(console & kStderr ? STDERR_FILENO : -1, prefix,
-                                                   file & kStderr ? rank.log_file.get() : -1);
-
-    SpawnRequest request;
-    request.path = plan_.program_path;
-    request.argv = plan_.argv;
-    request.env = plan_.rank_env(rank_plan.rank, restart_count, job_namespace.name(),
-                                 job_namespace.lock_fd());
-    request.stdout_fd = out_write.get();
-    request.stderr_fd = err_write.get();
-    request.keep_fd = job_namespace.lock_fd();
-    std::optional<PreparedBinding> binding;
-    if (!rank_plan.binding.empty()) {
-      binding.emplace(rank_plan.binding);
-      request.before_exec = [&binding]() { return binding->apply(); };
-    }
-    rank.child = ChildProcess::spawn(request);
-    SHMCCL_INFO(kLaunch, "rank ", rank_plan.rank, ": pid ", rank.child.pid(), ", binding ",
-                rank_plan.binding.describe(), rank_plan.log_file.empty() ? "" : ", log ",
-                rank_plan.log_file);
+    ranks.push_back(start_rank(plan_, rank_plan, restart_count, job_namespace));
   }
   SHMCCL_INFO(kLaunch, "started ", ranks.size(), " ranks in ",
               std::chrono::duration<double, std::milli>(Clock::now() - start).count(),

@@ -21,7 +21,6 @@ struct AttemptResult {
   std::optional<RankExit> root_cause;  // the first rank that failed on its own
   std::vector<RankExit> others;        // every other rank that did not succeed
   std::optional<int> signal;           // a signal shmrun received during the attempt
-  std::string job_namespace;
 
   bool succeeded() const { return !root_cause && !signal; }
 };

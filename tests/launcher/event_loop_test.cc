@@ -38,7 +38,8 @@ TEST(EventLoop, TimeoutsFireInOrderAndCancelledOnesNever) {
   loop.add_timeout(5ms, [&](int) { fired.push_back(1); });
   loop.cancel(cancelled);
   const auto start = std::chrono::steady_clock::now();
-  while (fired.size() < 2 && std::chrono::steady_clock::now() - start < 5s) loop.run_once();
+  while (fired.size() < 2 && std::chrono::steady_clock::now() - start < 5s)
+    loop.run_once();
   EXPECT_EQ(fired, (std::vector<int>{1, 2}));
 }
 
@@ -49,7 +50,8 @@ TEST(EventLoop, HandlersMayAddOperations) {
     if (++count < 3) loop.add_timeout(1ms, again);
   };
   loop.add_timeout(1ms, again);
-  for (int i = 0; i < 3; ++i) loop.run_once();
+  for (int i = 0; i < 3; ++i)
+    loop.run_once();
   EXPECT_EQ(count, 3);
 }
 

@@ -52,7 +52,8 @@ TEST(NumaBinding, CoreGivesDistinctCoresWhileRanksFit) {
     std::set<int> used;
     for (const Binding& binding : plan) {
       ASSERT_EQ(binding.cpus.size(), 2u) << "both threads of one core";
-      for (int cpu : binding.cpus) EXPECT_TRUE(used.insert(cpu).second) << "cpu " << cpu;
+      for (int cpu : binding.cpus)
+        EXPECT_TRUE(used.insert(cpu).second) << "cpu " << cpu;
     }
     EXPECT_TRUE(warning.empty());
   }

@@ -6,7 +6,9 @@
 namespace shmccl::launcher {
 namespace {
 
-Options parse(std::vector<std::string> args) { return parse_options(args); }
+Options parse(std::vector<std::string> args) {
+  return parse_options(args);
+}
 
 TEST(Options, AcceptsTorchrunSpellings) {
   for (const auto& args : {std::vector<std::string>{"--nproc-per-node=4", "prog"},
@@ -28,11 +30,29 @@ TEST(Options, OptionsEndAtTheProgram) {
 }
 
 TEST(Options, ParsesEverySetting) {
-  const Options options =
-      parse({"--master_addr=10.0.0.1", "--master-port", "1234", "--rdzv-id", "job", "--standalone",
-             "--max-restarts=3", "--monitor-interval", "250ms", "--grace-period", "2",
-             "--timeout", "1m", "-r", "0:1,2:3", "-t3", "--log-dir", "/tmp/x",
-             "--local-ranks-filter=0,3", "--no-prefix", "--numa-binding", "core", "p"});
+  const Options options = parse({"--master_addr=10.0.0.1",
+                                 "--master-port",
+                                 "1234",
+                                 "--rdzv-id",
+                                 "job",
+                                 "--standalone",
+                                 "--max-restarts=3",
+                                 "--monitor-interval",
+                                 "250ms",
+                                 "--grace-period",
+                                 "2",
+                                 "--timeout",
+                                 "1m",
+                                 "-r",
+                                 "0:1,2:3",
+                                 "-t3",
+                                 "--log-dir",
+                                 "/tmp/x",
+                                 "--local-ranks-filter=0,3",
+                                 "--no-prefix",
+                                 "--numa-binding",
+                                 "core",
+                                 "p"});
   EXPECT_EQ(options.master_addr, "10.0.0.1");
   EXPECT_EQ(options.master_port, 1234);
   EXPECT_EQ(options.run_id, "job");
@@ -54,8 +74,7 @@ TEST(Options, ParsesEverySetting) {
 }
 
 TEST(Options, RdzvEndpointSetsTheMaster) {
-  const Options options =
-      parse({"--rdzv-backend=c10d", "--rdzv-endpoint", "localhost:29400", "p"});
+  const Options options = parse({"--rdzv-backend=c10d", "--rdzv-endpoint", "localhost:29400", "p"});
   EXPECT_EQ(options.master_addr, "localhost");
   EXPECT_EQ(options.master_port, 29400);
 }
@@ -70,29 +89,29 @@ TEST(Options, Modes) {
 }
 
 TEST(Options, RejectsMalformedCommandLines) {
-  for (const auto& args : std::vector<std::vector<std::string>>{
-           {},
-           {"--unknown", "p"},
-           {"--nproc-per-node"},
-           {"--nproc-per-node", "x", "p"},
-           {"--nproc-per-node", "3x", "p"},
-           {"--nproc-per-node", "0", "p"},
-           {"--master-port", "-1", "p"},
-           {"--max-restarts", "", "p"},
-           {"--monitor-interval", "0", "p"},
-           {"--timeout", "forever", "p"},
-           {"-r", "4", "p"},
-           {"--tee", "0:1,x", "p"},
-           {"--local-ranks-filter", "0,,1", "p"},
-           {"--numa-binding", "all", "p"},
-           {"--standalone=1", "p"},
-           {"--v", "p"},
-           {"-verbose", "p"},
-           {"-m", "p"},
-           {"--nnodes", "2", "p"},
-           {"--nnodes", "1:2", "p"},
-           {"--nnodes", "x", "p"},
-           {"--node-rank", "3", "p"}}) {
+  for (const auto& args :
+       std::vector<std::vector<std::string>>{{},
+                                             {"--unknown", "p"},
+                                             {"--nproc-per-node"},
+                                             {"--nproc-per-node", "x", "p"},
+                                             {"--nproc-per-node", "3x", "p"},
+                                             {"--nproc-per-node", "0", "p"},
+                                             {"--master-port", "-1", "p"},
+                                             {"--max-restarts", "", "p"},
+                                             {"--monitor-interval", "0", "p"},
+                                             {"--timeout", "forever", "p"},
+                                             {"-r", "4", "p"},
+                                             {"--tee", "0:1,x", "p"},
+                                             {"--local-ranks-filter", "0,,1", "p"},
+                                             {"--numa-binding", "all", "p"},
+                                             {"--standalone=1", "p"},
+                                             {"--v", "p"},
+                                             {"-verbose", "p"},
+                                             {"-m", "p"},
+                                             {"--nnodes", "2", "p"},
+                                             {"--nnodes", "1:2", "p"},
+                                             {"--nnodes", "x", "p"},
+                                             {"--node-rank", "3", "p"}}) {
     EXPECT_THROW(parse(args), UsageError) << ::testing::PrintToString(args);
   }
 }

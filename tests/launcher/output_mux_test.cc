@@ -21,7 +21,8 @@ struct Pipes {
     fcntl(source[0], F_SETFL, O_NONBLOCK);
   }
   ~Pipes() {
-    for (int fd : {source[0], source[1], console, file}) close(fd);
+    for (int fd : {source[0], source[1], console, file})
+      close(fd);
   }
   void write(const std::string& text) {
     ASSERT_EQ(::write(source[1], text.data(), text.size()), static_cast<ssize_t>(text.size()));
@@ -32,7 +33,8 @@ struct Pipes {
     char buffer[4096];
     ssize_t n;
     lseek(fd, 0, SEEK_SET);
-    while ((n = ::read(fd, buffer, sizeof(buffer))) > 0) out.append(buffer, static_cast<size_t>(n));
+    while ((n = ::read(fd, buffer, sizeof(buffer))) > 0)
+      out.append(buffer, static_cast<size_t>(n));
     EXPECT_EQ(ftruncate(fd, 0), 0);
     lseek(fd, 0, SEEK_SET);
     return out;

@@ -30,7 +30,8 @@ TEST(Cleanup, RemovesStaleNamespacesButNotLiveOnes) {
   make_entry(held, "seg");
 
   Shmrun job({"-v", "--nproc-per-node", "2", kWorker, "sleep"});
-  ASSERT_TRUE(job.read_until([](const std::string& out) { return Shmrun::has_ready_lines(out, 2); }));
+  ASSERT_TRUE(
+      job.read_until([](const std::string& out) { return Shmrun::has_ready_lines(out, 2); }));
   const std::vector<std::string> live = namespaces(job.err());
   ASSERT_EQ(live.size(), 1u);
   const size_t live_entries = shm_entries(live[0]).size();

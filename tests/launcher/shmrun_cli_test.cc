@@ -4,6 +4,9 @@
 // does not exist, and --numa-binding as the ranks see it.
 #include <sched.h>
 
+#include <algorithm>
+#include <sstream>
+
 #include "shmrun_harness.h"
 
 namespace shmccl::launcher::testing {
@@ -22,8 +25,7 @@ TEST_P(BadCommandLine, ExitsTwoWithUsage) {
 INSTANTIATE_TEST_SUITE_P(
     Cases, BadCommandLine,
     ::testing::Values(std::vector<std::string>{"--no-such-flag", "true"},
-                      std::vector<std::string>{},
-                      std::vector<std::string>{"--nproc-per-node", "4"},
+                      std::vector<std::string>{}, std::vector<std::string>{"--nproc-per-node", "4"},
                       std::vector<std::string>{"--nproc-per-node", "four", "true"},
                       std::vector<std::string>{"--nproc-per-node=0", "true"},
                       std::vector<std::string>{"--max-restarts", "-1", "true"},
@@ -50,8 +52,8 @@ TEST(Cli, MoreThanOneNodeIsAClearError) {
 TEST(Cli, VersionHelpAndDumpConfig) {
   const RunResult version = run_shmrun({"--version"});
   EXPECT_EQ(version.exit_code, 0);
-  EXPECT_TRUE(std::regex_match(version.out, std::regex("shmrun \\(shmccl\\) \\d+\\.\\d+\\.\\d+\n")))
-      << version.out;
+  EXPECT_EQ(version.out.rfind("shmrun (shmccl) ", 0), 0u) << version.out;
+  EXPECT_EQ(std::count(version.out.begin(), version.out.end(), '.'), 2) << version.out;
 
   const RunResult help = run_shmrun({"-h"});
   EXPECT_EQ(help.exit_code, 0);
@@ -59,8 +61,15 @@ TEST(Cli, VersionHelpAndDumpConfig) {
 
   const RunResult config = run_shmrun({"--dump-config"}, {"SHMCCL_TIMEOUT=42"});
   EXPECT_EQ(config.exit_code, 0) << config.err;
-  EXPECT_TRUE(std::regex_search(config.out, std::regex("NAME +KIND +DEFAULT +VALUE +HELP\n")));
-  EXPECT_TRUE(std::regex_search(config.out, std::regex("SHMCCL_TIMEOUT +seconds +600 +42 +\\S")))
+  std::istringstream header(line_with(config.out, "NAME"));
+  std::istringstream timeout(line_with(config.out, "SHMCCL_TIMEOUT "));
+  std::vector<std::string> columns(5), row(5);
+  for (auto& cell : columns)
+    header >> cell;
+  for (auto& cell : row)
+    timeout >> cell;
+  EXPECT_EQ(columns, (std::vector<std::string>{"NAME", "KIND", "DEFAULT", "VALUE", "HELP"}));
+  EXPECT_EQ(row, (std::vector<std::string>{"SHMCCL_TIMEOUT", "seconds", "600", "42", "default"}))
       << config.out;
   EXPECT_NE(config.out.find("SHMCCL_DEBUG "), std::string::npos);
 }
@@ -88,15 +97,14 @@ TEST(Cli, CoreBindingGivesRanksDistinctCores) {
   const RunResult result =
       run_shmrun({"-v", "--numa-binding", "core", "--nproc-per-node", "2", kWorker, "affinity"});
   ASSERT_EQ(result.exit_code, 0) << result.err;
-  const std::vector<std::string> cpus0 = find_all(result.out, R"(\[rank0\]:cpus=(\S+))");
-  const std::vector<std::string> cpus1 = find_all(result.out, R"(\[rank1\]:cpus=(\S+))");
+  const std::vector<std::string> cpus0 = tokens_after(result.out, "[rank0]:cpus=");
+  const std::vector<std::string> cpus1 = tokens_after(result.out, "[rank1]:cpus=");
   ASSERT_EQ(cpus0.size(), 1u) << result.out;
   ASSERT_EQ(cpus1.size(), 1u) << result.out;
   EXPECT_NE(cpus0[0], cpus1[0]);
   // -v prints each rank's binding, and it is what the rank sees.
-  EXPECT_NE(result.err.find("rank 0: pid"), std::string::npos);
-  EXPECT_TRUE(std::regex_search(result.err, std::regex("rank 0: pid \\d+, binding (node \\d+, )?cpus " + cpus0[0])))
-      << result.err;
+  const std::string spawn_line = line_with(result.err, "rank 0: pid ");
+  EXPECT_NE(spawn_line.find("cpus " + cpus0[0]), std::string::npos) << result.err;
 }
 
 }  // namespace

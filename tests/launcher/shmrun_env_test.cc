@@ -3,7 +3,9 @@
 // End to end: the environment shmrun gives every rank (the contract with init_process_group).
 #include <sched.h>
 
+#include <cstdio>
 #include <map>
+#include <sstream>
 
 #include "shmrun_harness.h"
 
@@ -13,10 +15,13 @@ namespace {
 // rank -> (NAME -> value), from the "[rankN]:NAME=value" lines of `test_worker env`.
 std::map<int, std::map<std::string, std::string>> parse_env(const std::string& out) {
   std::map<int, std::map<std::string, std::string>> by_rank;
-  const std::regex line(R"(\[rank(\d+)\]:([A-Z_]+)=(.*))");
-  for (auto it = std::sregex_iterator(out.begin(), out.end(), line); it != std::sregex_iterator();
-       ++it) {
-    by_rank[std::stoi((*it)[1])][(*it)[2]] = (*it)[3];
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    int rank = -1, consumed = 0;
+    if (std::sscanf(line.c_str(), "[rank%d]:%n", &rank, &consumed) != 1 || consumed == 0) continue;
+    const size_t eq = line.find('=', static_cast<size_t>(consumed));
+    if (eq == std::string::npos) continue;
+    by_rank[rank][line.substr(consumed, eq - consumed)] = line.substr(eq + 1);
   }
   return by_rank;
 }
@@ -51,8 +56,10 @@ TEST_P(EnvTest, EveryRankGetsTheLauncherVariables) {
     EXPECT_EQ(vars.at("SHMCCL_LAUNCHER_PID"), std::to_string(shmrun.pid()));
     EXPECT_EQ(vars.at("PPID"), std::to_string(shmrun.pid()));
     EXPECT_NE(vars.at("SHMCCL_LOCK_FD"), "<unset>");
-    EXPECT_TRUE(std::regex_match(vars.at("SHMCCL_NAMESPACE"), std::regex("job_7-[0-9a-f]{16}")))
-        << vars.at("SHMCCL_NAMESPACE");
+    const std::string& ns = vars.at("SHMCCL_NAMESPACE");
+    EXPECT_EQ(ns.size(), 6 + 16u) << ns;
+    EXPECT_EQ(ns.rfind("job_7-", 0), 0u) << ns;
+    EXPECT_EQ(ns.find_first_not_of("0123456789abcdef", 6), std::string::npos) << ns;
     namespaces_seen.insert(vars.at("SHMCCL_NAMESPACE"));
   }
   EXPECT_EQ(namespaces_seen.size(), 1u) << "ranks of one job must share the namespace";
@@ -69,6 +76,18 @@ TEST(Env, DefaultsMatchTorchrun) {
   EXPECT_EQ(env.at(0).at("WORLD_SIZE"), "1");
   EXPECT_EQ(env.at(0).at("TORCHELASTIC_RUN_ID"), "none");
   EXPECT_EQ(env.at(0).at("SHMCCL_TIMEOUT"), "7") << "an inherited value passes through";
+}
+
+TEST(Env, NamespaceIsSafeAndShortForAnyRunId) {
+  const std::string run_id = "a/b.c d" + std::string(100, 'x');
+  const RunResult result = run_shmrun({"--run-id", run_id, kWorker, "env"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const auto env = parse_env(result.out);
+  EXPECT_EQ(env.at(0).at("TORCHELASTIC_RUN_ID"), run_id) << "the job id itself is unchanged";
+  const std::string& ns = env.at(0).at("SHMCCL_NAMESPACE");
+  EXPECT_LE(ns.size(), 64u) << "the library uses at most 64 characters of it";
+  EXPECT_EQ(ns.rfind("a_b_c_dxxx", 0), 0u) << ns;
+  EXPECT_EQ(ns.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_-"), std::string::npos);
 }
 
 TEST(Env, StandaloneGetsARandomJobIdAndAFreePort) {

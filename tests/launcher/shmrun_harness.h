@@ -19,7 +19,6 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
-#include <regex>
 #include <set>
 #include <string>
 #include <vector>
@@ -38,7 +37,9 @@ struct RunResult {
   std::string err;
 };
 
-inline int pidfd_open(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
+inline int pidfd_open(pid_t pid) {
+  return static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+}
 
 // One running shmrun.
 class Shmrun {
@@ -61,11 +62,20 @@ class Shmrun {
     }
     env_strings.insert(env_strings.end(), extra_env.begin(), extra_env.end());
     std::vector<char*> argv, envp;
-    for (auto& s : argv_strings) argv.push_back(s.data());
-    for (auto& s : env_strings) envp.push_back(s.data());
+    for (auto& s : argv_strings)
+      argv.push_back(s.data());
+    for (auto& s : env_strings)
+      envp.push_back(s.data());
     argv.push_back(nullptr);
     envp.push_back(nullptr);
-    EXPECT_EQ(posix_spawn(&pid_, kShmrun.c_str(), &actions, nullptr, argv.data(), envp.data()), 0);
+    // Its own process group, so a test can signal shmrun and its ranks together, as Ctrl-C does.
+    posix_spawnattr_t attributes;
+    posix_spawnattr_init(&attributes);
+    posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setpgroup(&attributes, 0);
+    EXPECT_EQ(posix_spawn(&pid_, kShmrun.c_str(), &actions, &attributes, argv.data(), envp.data()),
+              0);
+    posix_spawnattr_destroy(&attributes);
     posix_spawn_file_actions_destroy(&actions);
     close(out[1]);
     close(err[1]);
@@ -107,6 +117,8 @@ class Shmrun {
   }
 
   void send(int signal_number) { ASSERT_EQ(kill(pid_, signal_number), 0); }
+  // To shmrun and its ranks at once, like Ctrl-C in a terminal.
+  void send_to_group(int signal_number) { ASSERT_EQ(kill(-pid_, signal_number), 0); }
 
   // Waits for shmrun to exit and its pipes to close; SIGKILLs it and fails at the deadline.
   RunResult wait() {
@@ -132,8 +144,10 @@ class Shmrun {
     pollfd fds[3] = {{out_fd_, POLLIN, 0}, {err_fd_, POLLIN, 0}, {pidfd_, POLLIN, 0}};
     if (out_fd_ < 0 && err_fd_ < 0 && exit_code_ >= 0) return false;
     if (!want_exit && exit_code_ >= 0 && out_fd_ < 0) return false;
-    const int ready = poll(fds, 3, static_cast<int>(
-        std::chrono::duration_cast<std::chrono::milliseconds>(remaining).count() + 1));
+    const int ready =
+        poll(fds, 3,
+             static_cast<int>(
+                 std::chrono::duration_cast<std::chrono::milliseconds>(remaining).count() + 1));
     if (ready < 0) return errno == EINTR;
     for (int i = 0; i < 2; ++i) {
       if (fds[i].fd < 0 || fds[i].revents == 0) continue;
@@ -168,29 +182,39 @@ inline RunResult run_shmrun(const std::vector<std::string>& args,
   return Shmrun(args, extra_env).wait();
 }
 
-// Every capture of `pattern`'s first group in `text`.
-inline std::vector<std::string> find_all(const std::string& text, const std::string& pattern) {
+// For every occurrence of `marker` in `text`, the characters that follow it up to a space, ',',
+// ')' or end of line. (No std::regex: GCC 12's <regex> trips -Wmaybe-uninitialized under ASan.)
+inline std::vector<std::string> tokens_after(const std::string& text, const std::string& marker) {
   std::vector<std::string> found;
-  const std::regex re(pattern);
-  for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator();
-       ++it) {
-    found.push_back((*it)[1].str());
+  for (size_t at = text.find(marker); at != std::string::npos; at = text.find(marker, at + 1)) {
+    const size_t start = at + marker.size();
+    const size_t end = text.find_first_of(" ,)\n", start);
+    found.push_back(text.substr(start, end == std::string::npos ? end : end - start));
   }
   return found;
+}
+
+// The line of `text` that contains `needle` ("" if none).
+inline std::string line_with(const std::string& text, const std::string& needle) {
+  const size_t at = text.find(needle);
+  if (at == std::string::npos) return "";
+  const size_t start = text.rfind('\n', at);
+  const size_t end = text.find('\n', at);
+  const size_t from = start == std::string::npos ? 0 : start + 1;
+  return text.substr(from, end == std::string::npos ? end : end - from);
 }
 
 // Rank pids from shmrun -v ("rank 1: pid 1234, ...").
 inline std::vector<pid_t> rank_pids(const std::string& err) {
   std::vector<pid_t> pids;
-  for (const std::string& pid : find_all(err, R"(LAUNCH rank \d+: pid (\d+))")) {
+  for (const std::string& pid : tokens_after(err, ": pid "))
     pids.push_back(std::stoi(pid));
-  }
   return pids;
 }
 
 // Job namespaces from shmrun -v ("job namespace <ns> (lock ...)").
 inline std::vector<std::string> namespaces(const std::string& err) {
-  return find_all(err, R"(job namespace (\S+) )");
+  return tokens_after(err, "job namespace ");
 }
 
 inline std::vector<std::string> shm_entries(const std::string& ns) {

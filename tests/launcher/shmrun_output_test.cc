@@ -2,6 +2,7 @@
 //
 // End to end: rank output on the console ("[rankN]:" prefixes, --no-prefix, the ranks filter)
 // and in log files (--log-dir, --redirects, --tee).
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -14,7 +15,8 @@ namespace {
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> lines;
   std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  for (std::string line; std::getline(in, line);)
+    lines.push_back(line);
   return lines;
 }
 
@@ -54,15 +56,19 @@ TEST(Output, EveryLineOfEveryRankArrivesWholeAndPrefixed) {
   ASSERT_EQ(result.exit_code, 0) << result.err;
   for (const auto& [text, kind] : {std::pair{result.out, "line"}, std::pair{result.err, "err"}}) {
     std::vector<int> next(kRanks, 0);  // each rank's lines arrive in order
-    const std::regex line(std::string(R"(\[rank(\d)\]:rank (\d) )") + kind + R"( (\d+))");
+    const std::string format = std::string("[rank%d]:rank %d ") + kind + " %d%n";
     for (const std::string& text_line : rank_lines(text)) {
-      std::smatch match;
-      ASSERT_TRUE(std::regex_match(text_line, match, line)) << "garbled line: " << text_line;
-      const int rank = std::stoi(match[1]);
-      EXPECT_EQ(match[2], match[1]) << "prefix names the wrong rank: " << text_line;
-      EXPECT_EQ(std::stoi(match[3]), next[rank]++) << text_line;
+      int prefix_rank = -1, rank = -1, index = -1, consumed = 0;
+      ASSERT_EQ(
+          std::sscanf(text_line.c_str(), format.c_str(), &prefix_rank, &rank, &index, &consumed), 3)
+          << "garbled line: " << text_line;
+      ASSERT_EQ(static_cast<size_t>(consumed), text_line.size()) << "garbled line: " << text_line;
+      ASSERT_TRUE(rank >= 0 && rank < kRanks) << text_line;
+      EXPECT_EQ(prefix_rank, rank) << "prefix names the wrong rank: " << text_line;
+      EXPECT_EQ(index, next[rank]++) << text_line;
     }
-    for (int rank = 0; rank < kRanks; ++rank) EXPECT_EQ(next[rank], kLines) << kind;
+    for (int rank = 0; rank < kRanks; ++rank)
+      EXPECT_EQ(next[rank], kLines) << kind;
   }
   expect_shm_clean(namespaces(result.err));
 }
@@ -81,8 +87,8 @@ TEST(Output, ALastLineWithoutNewlineIsCompleted) {
   ASSERT_EQ(result.exit_code, 0) << result.err;
   std::vector<std::string> lines = lines_of(result.out);
   std::sort(lines.begin(), lines.end());
-  EXPECT_EQ(lines, (std::vector<std::string>{"[rank0]:rank 0 no newline",
-                                             "[rank1]:rank 1 no newline"}));
+  EXPECT_EQ(lines,
+            (std::vector<std::string>{"[rank0]:rank 0 no newline", "[rank1]:rank 1 no newline"}));
 }
 
 TEST(Output, LocalRanksFilterShowsOnlyTheNamedRanks) {

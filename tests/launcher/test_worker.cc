@@ -53,7 +53,8 @@ void start_like_a_rank() {
 [[noreturn]] void wait_forever() {
   std::printf("ready rank=%d pid=%d\n", my_rank(), static_cast<int>(getpid()));
   std::fflush(stdout);
-  while (true) pause();
+  while (true)
+    pause();
 }
 
 }  // namespace
@@ -109,7 +110,8 @@ int main(int argc, char** argv) {
     { std::ofstream(argv[2], std::ios::app) << "attempt\n"; }
     std::ifstream in(argv[2]);
     int lines = 0;
-    for (std::string line; std::getline(in, line);) ++lines;
+    for (std::string line; std::getline(in, line);)
+      ++lines;
     return lines <= std::atoi(argv[3]) ? 1 : 0;
   }
   if (mode == "affinity") {

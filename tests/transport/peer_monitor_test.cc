@@ -189,9 +189,10 @@ TEST(PeerMonitor, CallbacksMayWatchAndUnwatch) {
   Deaths deaths;
   SleepingChild first;
   SleepingChild second;
-  PeerMonitor::WatchId self_id = 0;
+  // Atomic only for TSan, which cannot see that kill() orders the store before the callback.
+  std::atomic<PeerMonitor::WatchId> self_id{0};
   self_id = monitor().watch(first.pid(), [&](pid_t) {
-    monitor().unwatch(self_id);  // its own id, from inside: must not deadlock
+    monitor().unwatch(self_id.load());  // its own id, from inside: must not deadlock
     monitor().watch(second.pid(), deaths.callback(2));
     deaths.callback(1)(first.pid());
   });
