@@ -16,25 +16,24 @@ uint64_t rank_bytes(const OpPlan& plan, int rank) {
   return static_cast<uint64_t>(plan.splits[static_cast<size_t>(rank)] * plan.row_bytes());
 }
 
-bool fits_inline(const OpPlan& plan, int size, uint64_t limit) {
-  for (int r = 0; r < size; ++r) {
-    if (rank_bytes(plan, r) > limit) return false;
-  }
-  return true;
+uint64_t inline_bytes(const OpPlan& plan, int size) {
+  uint64_t largest = 0;
+  for (int r = 0; r < size; ++r) largest = std::max(largest, rank_bytes(plan, r));
+  return largest;
 }
 
 void stage_inline(const OpPlan& plan, int rank, unsigned char* payload) {
   const uint64_t bytes = rank_bytes(plan, rank);
-  if (bytes > 0) std::memcpy(payload, plan.input.data_ptr(), bytes);
+  if (bytes > 0) std::memcpy(payload, plan.input().data_ptr(), bytes);
 }
 
 // Where rank j's rows land in this rank's output.
 char* local_destination(const ExecContext& context, int source) {
   const OpPlan& plan = context.plan;
   if (plan.kind == transport::OpKind::kAllGatherList) {
-    return static_cast<char*>(plan.outputs[static_cast<size_t>(source)].data_ptr());
+    return static_cast<char*>(plan.outputs()[static_cast<size_t>(source)].data_ptr());
   }
-  return static_cast<char*>(plan.output.data_ptr()) + plan.rows_before(source) * plan.row_bytes();
+  return static_cast<char*>(plan.output().data_ptr()) + plan.rows_before(source) * plan.row_bytes();
 }
 
 void finish_inline(const ExecContext& context) {
@@ -82,7 +81,7 @@ void run_chunk(const ExecContext& context, uint64_t chunk) {
 
 }  // namespace
 
-const Algorithm kAllGatherAlgorithm{fits_inline, stage_inline, finish_inline, count_chunks,
+const Algorithm kAllGatherAlgorithm{inline_bytes, stage_inline, finish_inline, count_chunks,
                                     run_chunk};
 
 }  // namespace shmccl::collectives

@@ -11,31 +11,29 @@
 namespace shmccl::collectives {
 namespace {
 
-bool fits_inline(const OpPlan& plan, int /*size*/, uint64_t limit) {
-  return plan.input.nbytes() <= limit;
-}
+uint64_t inline_bytes(const OpPlan& plan, int /*size*/) { return plan.input().nbytes(); }
 
 void stage_inline(const OpPlan& plan, int /*rank*/, unsigned char* payload) {
-  if (plan.input.nbytes() > 0) std::memcpy(payload, plan.input.data_ptr(), plan.input.nbytes());
+  if (plan.input().nbytes() > 0) std::memcpy(payload, plan.input().data_ptr(), plan.input().nbytes());
 }
 
 void finish_inline(const ExecContext& context) {
   const OpPlan& plan = context.plan;
-  if (plan.input.numel() == 0) return;
+  if (plan.input().numel() == 0) return;
   const void* sources[transport::kMaxRanks];
   for (int j = 0; j < context.size; ++j) sources[j] = context.payloads[j];
-  kernels::reduce(plan.reduce_op, plan.dtype, plan.output.data_ptr(), sources, context.size,
-                  static_cast<size_t>(plan.input.numel()));
+  kernels::reduce(plan.reduce_op, plan.dtype, plan.output().data_ptr(), sources, context.size,
+                  static_cast<size_t>(plan.input().numel()));
 }
 
 uint64_t count_chunks(const ExecContext& context) {
-  return piece_count(context.plan.input.nbytes(), context.chunk_bytes);
+  return piece_count(context.plan.input().nbytes(), context.chunk_bytes);
 }
 
 void run_chunk(const ExecContext& context, uint64_t chunk) {
   const OpPlan& plan = context.plan;
   const uint64_t offset = chunk * context.chunk_bytes;
-  const uint64_t length = std::min<uint64_t>(context.chunk_bytes, plan.input.nbytes() - offset);
+  const uint64_t length = std::min<uint64_t>(context.chunk_bytes, plan.input().nbytes() - offset);
   const void* sources[transport::kMaxRanks];
   for (int j = 0; j < context.size; ++j) sources[j] = context.inputs[j] + offset;
   char* result = context.inputs[0] + offset;
@@ -46,7 +44,7 @@ void run_chunk(const ExecContext& context, uint64_t chunk) {
 
 }  // namespace
 
-const Algorithm kAllReduceAlgorithm{fits_inline, stage_inline, finish_inline, count_chunks,
+const Algorithm kAllReduceAlgorithm{inline_bytes, stage_inline, finish_inline, count_chunks,
                                     run_chunk};
 
 }  // namespace shmccl::collectives

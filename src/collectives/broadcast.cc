@@ -10,39 +10,37 @@
 namespace shmccl::collectives {
 namespace {
 
-bool fits_inline(const OpPlan& plan, int /*size*/, uint64_t limit) {
-  return plan.input.nbytes() <= limit;
-}
+uint64_t inline_bytes(const OpPlan& plan, int /*size*/) { return plan.input().nbytes(); }
 
 void stage_inline(const OpPlan& plan, int rank, unsigned char* payload) {
-  if (rank == plan.root && plan.input.nbytes() > 0) {
-    std::memcpy(payload, plan.input.data_ptr(), plan.input.nbytes());
+  if (rank == plan.root && plan.input().nbytes() > 0) {
+    std::memcpy(payload, plan.input().data_ptr(), plan.input().nbytes());
   }
 }
 
 void finish_inline(const ExecContext& context) {
   const OpPlan& plan = context.plan;
-  if (context.rank != plan.root && plan.input.nbytes() > 0) {
-    std::memcpy(plan.output.data_ptr(), context.payloads[plan.root], plan.input.nbytes());
+  if (context.rank != plan.root && plan.input().nbytes() > 0) {
+    std::memcpy(plan.output().data_ptr(), context.payloads[plan.root], plan.input().nbytes());
   }
 }
 
 uint64_t count_chunks(const ExecContext& context) {
   return static_cast<uint64_t>(context.size - 1) *
-         piece_count(context.plan.input.nbytes(), context.chunk_bytes);
+         piece_count(context.plan.input().nbytes(), context.chunk_bytes);
 }
 
 void run_chunk(const ExecContext& context, uint64_t chunk) {
   const OpPlan& plan = context.plan;
-  const uint64_t pieces = piece_count(plan.input.nbytes(), context.chunk_bytes);
+  const uint64_t pieces = piece_count(plan.input().nbytes(), context.chunk_bytes);
   int destination = static_cast<int>(chunk / pieces);
   if (destination >= plan.root) ++destination;  // the root receives nothing
   const uint64_t offset = (chunk % pieces) * context.chunk_bytes;
-  const uint64_t length = std::min<uint64_t>(context.chunk_bytes, plan.input.nbytes() - offset);
+  const uint64_t length = std::min<uint64_t>(context.chunk_bytes, plan.input().nbytes() - offset);
   kernels::copy(context.outputs[destination] + offset, context.inputs[plan.root] + offset, length);
 }
 
-bool barrier_fits_inline(const OpPlan&, int, uint64_t) { return true; }
+uint64_t barrier_inline_bytes(const OpPlan&, int) { return 0; }
 void barrier_stage_inline(const OpPlan&, int, unsigned char*) {}
 void barrier_finish_inline(const ExecContext&) {}
 uint64_t barrier_count_chunks(const ExecContext&) { return 0; }
@@ -50,9 +48,9 @@ void barrier_run_chunk(const ExecContext&, uint64_t) {}
 
 }  // namespace
 
-const Algorithm kBroadcastAlgorithm{fits_inline, stage_inline, finish_inline, count_chunks,
+const Algorithm kBroadcastAlgorithm{inline_bytes, stage_inline, finish_inline, count_chunks,
                                     run_chunk};
-const Algorithm kBarrierAlgorithm{barrier_fits_inline, barrier_stage_inline,
+const Algorithm kBarrierAlgorithm{barrier_inline_bytes, barrier_stage_inline,
                                   barrier_finish_inline, barrier_count_chunks, barrier_run_chunk};
 
 }  // namespace shmccl::collectives

@@ -2,6 +2,7 @@
 #include "collectives/executor.h"
 
 #include <cstring>
+#include <optional>
 #include <sstream>
 
 #include "collectives/algorithms.h"
@@ -89,13 +90,13 @@ Tensor device_copy_of(const Tensor& tensor, bool copy_values) {
 
 PoolBuffers pool_buffers(const OpPlan& plan) {
   PoolBuffers buffers;
-  const bool in_place = plan.input.defined() && plan.output.defined() &&
-                        plan.input.data_ptr() == plan.output.data_ptr() &&
-                        plan.input.nbytes() == plan.output.nbytes();
-  buffers.input = device_copy_of(plan.input, true);
-  buffers.output = in_place ? buffers.input : device_copy_of(plan.output, false);
-  buffers.copy_out = plan.output.defined() && plan.output.is_cpu();
-  for (const Tensor& output : plan.outputs) {
+  const bool in_place = plan.input().defined() && plan.output().defined() &&
+                        plan.input().data_ptr() == plan.output().data_ptr() &&
+                        plan.input().nbytes() == plan.output().nbytes();
+  buffers.input = device_copy_of(plan.input(), true);
+  buffers.output = in_place ? buffers.input : device_copy_of(plan.output(), false);
+  buffers.copy_out = plan.output().defined() && plan.output().is_cpu();
+  for (const Tensor& output : plan.outputs()) {
     buffers.outputs.push_back(device_copy_of(output, false));
     buffers.copy_out = buffers.copy_out || output.is_cpu();
   }
@@ -103,13 +104,13 @@ PoolBuffers pool_buffers(const OpPlan& plan) {
 }
 
 void copy_out(const OpPlan& plan, const PoolBuffers& buffers) {
-  if (plan.output.defined() && plan.output.is_cpu() && plan.output.nbytes() > 0) {
-    kernels::copy(plan.output.data_ptr(), buffers.output.data_ptr(), plan.output.nbytes());
+  if (plan.output().defined() && plan.output().is_cpu() && plan.output().nbytes() > 0) {
+    kernels::copy(plan.output().data_ptr(), buffers.output.data_ptr(), plan.output().nbytes());
   }
-  for (size_t j = 0; j < plan.outputs.size(); ++j) {
-    if (plan.outputs[j].is_cpu() && plan.outputs[j].nbytes() > 0) {
-      kernels::copy(plan.outputs[j].data_ptr(), buffers.outputs[j].data_ptr(),
-                    plan.outputs[j].nbytes());
+  for (size_t j = 0; j < plan.outputs().size(); ++j) {
+    if (plan.outputs()[j].is_cpu() && plan.outputs()[j].nbytes() > 0) {
+      kernels::copy(plan.outputs()[j].data_ptr(), buffers.outputs[j].data_ptr(),
+                    plan.outputs()[j].nbytes());
     }
   }
 }
@@ -120,8 +121,8 @@ void fill_descriptor(const OpPlan& plan, OpDescriptor& descriptor) {
   descriptor.dtype = static_cast<uint8_t>(plan.dtype);
   descriptor.reduce_op = static_cast<uint8_t>(plan.reduce_op);
   descriptor.root = plan.root;
-  descriptor.input_numel = plan.input.defined() ? plan.input.numel() : 0;
-  descriptor.output_numel = plan.output.defined() ? plan.output.numel() : 0;
+  descriptor.input_numel = plan.input().defined() ? plan.input().numel() : 0;
+  descriptor.output_numel = plan.output().defined() ? plan.output().numel() : 0;
   descriptor.row_elements = plan.row_elements;
   descriptor.num_splits = plan.num_splits;
   for (int r = 0; r < plan.num_splits; ++r) descriptor.splits[r] = plan.splits[static_cast<size_t>(r)];
@@ -129,27 +130,30 @@ void fill_descriptor(const OpPlan& plan, OpDescriptor& descriptor) {
 
 bool reduces(OpKind kind) { return kind == OpKind::kReduceScatter || kind == OpKind::kAllReduce; }
 
-// True when two ranks called the same collective. Per-rank sizes (an all-gather's input, a
-// reduce-scatter's output) may differ; they were checked against the common split locally.
-bool same_call(const OpDescriptor& a, const OpDescriptor& b) {
-  if (a.sequence != b.sequence || a.kind != b.kind || a.dtype != b.dtype ||
-      a.row_elements != b.row_elements || a.num_splits != b.num_splits ||
-      a.inline_payload != b.inline_payload) {
-    return false;
+// A hash of the fields two ranks must agree on (per-rank sizes, like an all-gather's input, are
+// checked against the common split locally). Equal calls have equal fingerprints; different
+// calls collide with probability 2^-64.
+uint64_t fingerprint(const OpDescriptor& d) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  auto mix = [&hash](uint64_t value) {
+    hash ^= value;
+    hash *= 0x100000001b3ull;
+    hash ^= hash >> 29;
+  };
+  mix(d.sequence);
+  mix(static_cast<uint64_t>(d.kind) | (static_cast<uint64_t>(d.dtype) << 8) |
+      (static_cast<uint64_t>(d.inline_payload) << 16));
+  mix(static_cast<uint64_t>(d.row_elements));
+  mix(static_cast<uint64_t>(d.num_splits));
+  if (reduces(d.kind)) mix(d.reduce_op);
+  if (d.kind == OpKind::kBroadcast) mix(static_cast<uint64_t>(d.root));
+  if (d.kind == OpKind::kAllReduce || d.kind == OpKind::kBroadcast ||
+      d.kind == OpKind::kReduceScatter) {
+    mix(static_cast<uint64_t>(d.input_numel));
   }
-  if (reduces(a.kind) && a.reduce_op != b.reduce_op) return false;
-  if (a.kind == OpKind::kBroadcast && a.root != b.root) return false;
-  if ((a.kind == OpKind::kAllReduce || a.kind == OpKind::kBroadcast ||
-       a.kind == OpKind::kReduceScatter) &&
-      a.input_numel != b.input_numel) {
-    return false;
-  }
-  if (a.kind == OpKind::kAllGather && a.output_numel != b.output_numel) return false;
-  const int splits = std::clamp(a.num_splits, 0, transport::kMaxRanks);
-  for (int r = 0; r < splits; ++r) {
-    if (a.splits[r] != b.splits[r]) return false;
-  }
-  return true;
+  if (d.kind == OpKind::kAllGather) mix(static_cast<uint64_t>(d.output_numel));
+  for (int r = 0; r < d.num_splits; ++r) mix(static_cast<uint64_t>(d.splits[r]));
+  return hash;
 }
 
 uint64_t rank_rows_bytes(const OpPlan& plan, int rank) {
@@ -178,7 +182,7 @@ void resolve_buffers(ExecContext& context) {
         break;
       case OpKind::kAllReduce:
       case OpKind::kBroadcast:
-        input_bytes = output_bytes = plan.input.nbytes();
+        input_bytes = output_bytes = plan.input().nbytes();
         break;
       case OpKind::kBarrier:
       case OpKind::kNone:
@@ -190,7 +194,7 @@ void resolve_buffers(ExecContext& context) {
 }
 
 void run_pool(detail::GroupState& state, ExecContext& context, const Algorithm& algorithm,
-              std::chrono::steady_clock::time_point deadline) {
+              std::chrono::milliseconds timeout) {
   transport::GroupTransport& transport = context.transport;
   transport::ControlHeader& header = transport.header();
   const uint64_t total = algorithm.count_chunks(context);
@@ -221,7 +225,7 @@ void run_pool(detail::GroupState& state, ExecContext& context, const Algorithm& 
     if (!transport.healthy()) transport.check_healthy();
   }
   transport.wait_until(
-      [&] { return header.done.load(std::memory_order_acquire) >= end; }, deadline, [&] {
+      [&] { return header.done.load(std::memory_order_acquire) >= end; }, timeout, [&] {
         return detail::concat("in ", context.plan.name, " (sequence ", context.plan.sequence,
                               ", timeout ", state.timeout().count(), " ms): waiting for ",
                               end - header.done.load(std::memory_order_acquire),
@@ -263,35 +267,44 @@ void execute(detail::GroupState& state, const OpPlan& plan) {
     const Algorithm& algorithm = algorithm_for(plan.kind);
     transport::RankSlot& mine = transport.slot(rank);
     OpDescriptor& descriptor = mine.descriptors[parity];
+    transport::ArrivalLine& arrival = mine.arrivals[parity];
     fill_descriptor(plan, descriptor);
-    const bool inline_payload = algorithm.fits_inline(plan, size, inline_limit());
-    descriptor.inline_payload = inline_payload ? 1 : 0;
+    const uint64_t payload_bytes = algorithm.inline_bytes(plan, size);
+    const bool inline_payload = payload_bytes <= inline_limit();
+    // Tiny payloads ride in the arrival line itself: one cache-line transfer per peer.
+    const bool in_arrival_line = payload_bytes <= transport::kArrivalPayloadBytes;
+    descriptor.inline_payload = inline_payload ? (in_arrival_line ? 2 : 1) : 0;
 
-    PoolBuffers buffers;
+    std::optional<PoolBuffers> pool;
     if (inline_payload) {
-      algorithm.stage_inline(plan, rank, mine.inline_data[parity]);
+      algorithm.stage_inline(plan, rank, in_arrival_line ? arrival.payload : mine.inline_data[parity]);
     } else {
-      buffers = pool_buffers(plan);
+      pool.emplace(pool_buffers(plan));
+      const PoolBuffers& buffers = *pool;
       descriptor.input = buffer_ref(buffers.input);
       descriptor.output = buffer_ref(buffers.output);
       for (size_t j = 0; j < buffers.outputs.size(); ++j) {
         descriptor.outputs[j] = buffer_ref(buffers.outputs[j]);
       }
     }
-    // Release (seq_cst for notify's Dekker pairing): the descriptor and payload happen-before
-    // any peer that sees this arrival.
-    mine.arrived.store(sequence, std::memory_order_seq_cst);
+    arrival.fingerprint = fingerprint(descriptor);
+    // Release (seq_cst for notify's Dekker pairing): descriptor, payload and fingerprint
+    // happen-before any peer that sees this arrival.
+    arrival.sequence.store(sequence, std::memory_order_seq_cst);
     transport.notify();
 
-    const auto deadline = std::chrono::steady_clock::now() + state.timeout();
+    const auto timeout = state.timeout();
     transport.wait_until(
         [&] {
           for (int r = 0; r < size; ++r) {
-            if (transport.slot(r).arrived.load(std::memory_order_acquire) < sequence) return false;
+            if (transport.slot(r).arrivals[parity].sequence.load(std::memory_order_acquire) !=
+                sequence) {
+              return false;
+            }
           }
           return true;
         },
-        deadline,
+        timeout,
         [&] {
           return detail::concat("in ", plan.name, " (sequence ", sequence, ", timeout ",
                                 state.timeout().count(), " ms): ranks ",
@@ -299,25 +312,24 @@ void execute(detail::GroupState& state, const OpPlan& plan) {
                                 " have not called it");
         });
 
-    ExecContext context{transport, plan, rank, size, {}, {}, {}, {}, nullptr, nullptr,
-                        chunk_bytes()};
+    ExecContext context(transport, plan, rank, size, chunk_bytes());
     for (int r = 0; r < size; ++r) {
-      context.descriptors[r] = &transport.slot(r).descriptors[parity];
-      context.payloads[r] = transport.slot(r).inline_data[parity];
-    }
-    for (int r = 0; r < size; ++r) {
-      if (!same_call(descriptor, *context.descriptors[r])) [[unlikely]] {
+      const transport::RankSlot& slot = transport.slot(r);
+      if (slot.arrivals[parity].fingerprint != arrival.fingerprint) [[unlikely]] {
         throw RemoteError(detail::concat("collective mismatch in ", plan.name, ": rank ", rank,
                                          " called ", describe(descriptor), " but rank ", r,
-                                         " called ", describe(*context.descriptors[r])));
+                                         " called ", describe(slot.descriptors[parity])));
       }
+      context.descriptors[r] = &slot.descriptors[parity];
+      context.payloads[r] = in_arrival_line ? slot.arrivals[parity].payload
+                                            : slot.inline_data[parity];
     }
     if (inline_payload) {
       algorithm.finish_inline(context);
       return;
     }
-    run_pool(state, context, algorithm, deadline);
-    if (buffers.copy_out) copy_out(plan, buffers);
+    run_pool(state, context, algorithm, timeout);
+    if (pool->copy_out) copy_out(plan, *pool);
   } catch (const Error& error) {
     state.mark_failed(error.what());
     SHMCCL_WARN(kColl, "group ", state.comm_name(), ": ", error.what());

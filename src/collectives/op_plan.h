@@ -7,6 +7,7 @@
 #pragma once
 
 #include <array>
+#include <memory>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -18,7 +19,48 @@
 
 namespace shmccl::collectives {
 
+// The tensors are borrowed from the caller for a synchronous call (no copies, hence no
+// allocation on the hot path) and owned by an owned_copy() for work that outlives the call.
 struct OpPlan {
+  OpPlan() = default;
+  OpPlan(const OpPlan&) = delete;
+  OpPlan& operator=(const OpPlan&) = delete;
+
+  const Tensor& input() const { return input_ != nullptr ? *input_ : undefined(); }
+  const Tensor& output() const { return output_ != nullptr ? *output_ : undefined(); }
+  const std::vector<Tensor>& outputs() const { return outputs_ != nullptr ? *outputs_ : no_outputs(); }
+  void borrow_input(const Tensor& tensor) { input_ = &tensor; }
+  void borrow_output(const Tensor& tensor) { output_ = &tensor; }
+  void borrow_outputs(const std::vector<Tensor>& tensors) { outputs_ = &tensors; }
+  void own_input(Tensor tensor) {
+    owned_input_ = std::move(tensor);
+    input_ = &owned_input_;
+  }
+  void own_output(Tensor tensor) {
+    owned_output_ = std::move(tensor);
+    output_ = &owned_output_;
+  }
+  // A plan equal to this one that owns copies of its tensors.
+  std::shared_ptr<OpPlan> owned_copy() const {
+    auto copy = std::make_shared<OpPlan>();
+    copy->kind = kind;
+    copy->name = name;
+    copy->dtype = dtype;
+    copy->reduce_op = reduce_op;
+    copy->root = root;
+    copy->row_elements = row_elements;
+    copy->num_splits = num_splits;
+    copy->splits = splits;
+    copy->sequence = sequence;
+    if (input_ != nullptr) copy->own_input(*input_);
+    if (output_ != nullptr) copy->own_output(*output_);
+    if (outputs_ != nullptr) {
+      copy->owned_outputs_ = *outputs_;
+      copy->outputs_ = &copy->owned_outputs_;
+    }
+    return copy;
+  }
+
   transport::OpKind kind = transport::OpKind::kNone;
   const char* name = "";  // the API's name of the call, for messages
   ScalarType dtype = kUInt8;
@@ -26,10 +68,7 @@ struct OpPlan {
   int root = 0;
   int64_t row_elements = 1;  // elements per dim-0 row
   int num_splits = 0;
-  std::array<int64_t, transport::kMaxRanks> splits{};  // rows per rank
-  Tensor input;
-  Tensor output;
-  std::vector<Tensor> outputs;  // kAllGatherList
+  std::array<int64_t, transport::kMaxRanks> splits;  // rows per rank, [0, num_splits) set
   uint64_t sequence = 0;
 
   int64_t row_bytes() const { return row_elements * static_cast<int64_t>(element_size(dtype)); }
@@ -38,9 +77,33 @@ struct OpPlan {
     for (int r = 0; r < rank; ++r) rows += splits[static_cast<size_t>(r)];
     return rows;
   }
+
+ private:
+  static const Tensor& undefined() {
+    static const Tensor none;
+    return none;
+  }
+  static const std::vector<Tensor>& no_outputs() {
+    static const std::vector<Tensor> none;
+    return none;
+  }
+  const Tensor* input_ = nullptr;
+  const Tensor* output_ = nullptr;
+  const std::vector<Tensor>* outputs_ = nullptr;  // kAllGatherList
+  Tensor owned_input_;
+  Tensor owned_output_;
+  std::vector<Tensor> owned_outputs_;
 };
 
 struct ExecContext {
+  ExecContext(transport::GroupTransport& transport_in, const OpPlan& plan_in, int rank_in,
+              int size_in, uint64_t chunk_bytes_in)
+      : transport(transport_in),
+        plan(plan_in),
+        rank(rank_in),
+        size(size_in),
+        chunk_bytes(chunk_bytes_in) {}
+  // The per-rank arrays are filled for [0, size) only (no zeroing of 64 entries on a hot path).
   transport::GroupTransport& transport;
   const OpPlan& plan;
   int rank;
@@ -49,16 +112,14 @@ struct ExecContext {
   const unsigned char* payloads[transport::kMaxRanks];  // inline data of each rank for this call
   char* inputs[transport::kMaxRanks];   // resolved input buffer of each rank (zero-copy path)
   char* outputs[transport::kMaxRanks];  // resolved output buffer of each rank
-  char* local_input;   // this rank's input as seen here (a staging copy for host tensors)
-  char* local_output;  // this rank's output
   uint64_t chunk_bytes;
 };
 
 // One row of the algorithm table: how an op kind runs through slots (small) or through the
 // work pool over peers' arenas (zero-copy).
 struct Algorithm {
-  // True when the call's data fits the slots' inline areas (same answer on every rank).
-  bool (*fits_inline)(const OpPlan& plan, int size, uint64_t limit);
+  // The largest payload any rank stages for an inline run of this call (same on every rank).
+  uint64_t (*inline_bytes)(const OpPlan& plan, int size);
   // Copies this rank's contribution into its slot's inline area.
   void (*stage_inline)(const OpPlan& plan, int rank, unsigned char* payload);
   // Computes this rank's output from every rank's inline area.

@@ -12,6 +12,7 @@
 #include "collectives/registry.h"
 #include "core/check.h"
 #include "core/logging.h"
+#include "device/device_context.h"
 #include "shmccl/npu.hpp"
 
 namespace shmccl {
@@ -66,9 +67,9 @@ void set_splits(OpPlan& plan, const std::vector<int64_t>& split_sizes, int64_t d
 }
 
 int ordering_device(const OpPlan& plan) {
-  if (plan.input.defined() && plan.input.is_npu()) return plan.input.device().index;
-  if (plan.output.defined() && plan.output.is_npu()) return plan.output.device().index;
-  for (const Tensor& output : plan.outputs) {
+  if (plan.input().defined() && plan.input().is_npu()) return plan.input().device().index;
+  if (plan.output().defined() && plan.output().is_npu()) return plan.output().device().index;
+  for (const Tensor& output : plan.outputs()) {
     if (output.is_npu()) return output.device().index;
   }
   return -1;
@@ -84,7 +85,7 @@ std::shared_ptr<Work> submit(detail::GroupState& state, OpPlan& plan, bool async
     // on the caller's stream; inline when both are idle (no thread hand-off).
     if (state.has_comm_stream() && !state.comm_stream().idle()) state.comm_stream().synchronize();
     if (device >= 0) {
-      npu::current_stream(device).impl()->run_sync([&] { collectives::execute(state, plan); });
+      device::current_stream_impl(device).run_sync([&] { collectives::execute(state, plan); });
     } else {
       collectives::execute(state, plan);
     }
@@ -97,9 +98,9 @@ std::shared_ptr<Work> submit(detail::GroupState& state, OpPlan& plan, bool async
     ready.record(npu::current_stream(device));
     comm.wait(ready.state());
   }
-  comm.enqueue([&state, plan = std::move(plan), work] {
+  comm.enqueue([&state, owned = plan.owned_copy(), work] {
     try {
-      collectives::execute(state, plan);
+      collectives::execute(state, *owned);
       work->finish();
     } catch (...) {
       work->finish(std::current_exception());
@@ -159,8 +160,8 @@ std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor_uneven(
                    ")");
   plan.dtype = input.dtype();
   plan.row_elements = product_of_trailing(output.sizes());
-  plan.input = input;
-  plan.output = output;
+  plan.borrow_input(input);
+  plan.borrow_output(output);
   return submit(*state_, plan, async_op);
 }
 
@@ -184,8 +185,8 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor_uneven(
   plan.dtype = input.dtype();
   plan.reduce_op = op;
   plan.row_elements = product_of_trailing(input.sizes());
-  plan.input = input;
-  plan.output = output;
+  plan.borrow_input(input);
+  plan.borrow_output(output);
   return submit(*state_, plan, async_op);
 }
 
@@ -212,8 +213,8 @@ std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor(Tensor& output, const
   for (int r = 0; r < n; ++r) plan.splits[static_cast<size_t>(r)] = input.numel();
   plan.dtype = input.dtype();
   plan.row_elements = 1;
-  plan.input = input.reshape({input.numel()});
-  plan.output = output.reshape({output.numel()});
+  plan.own_input(input.reshape({input.numel()}));
+  plan.own_output(output.reshape({output.numel()}));
   return submit(*state_, plan, async_op);
 }
 
@@ -234,8 +235,8 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor(Tensor& output, const 
   plan.dtype = input.dtype();
   plan.reduce_op = op;
   plan.row_elements = 1;
-  plan.input = input.reshape({input.numel()});
-  plan.output = output.reshape({output.numel()});
+  plan.own_input(input.reshape({input.numel()}));
+  plan.own_output(output.reshape({output.numel()}));
   return submit(*state_, plan, async_op);
 }
 
@@ -266,8 +267,8 @@ std::shared_ptr<Work> ProcessGroup::all_gather(std::vector<Tensor>& outputs, con
                    input.sizes());
   plan.dtype = input.dtype();
   plan.row_elements = rows ? product_of_trailing(input.sizes()) : 1;
-  plan.input = input;
-  plan.outputs = outputs;
+  plan.borrow_input(input);
+  plan.borrow_outputs(outputs);
   return submit(*state_, plan, async_op);
 }
 
@@ -278,8 +279,8 @@ std::shared_ptr<Work> ProcessGroup::all_reduce(Tensor& tensor, ReduceOp op, bool
   check_defined(tensor, plan.name, "input");
   plan.dtype = tensor.dtype();
   plan.reduce_op = op;
-  plan.input = tensor;
-  plan.output = tensor;
+  plan.borrow_input(tensor);
+  plan.borrow_output(tensor);
   return submit(*state_, plan, async_op);
 }
 
@@ -292,8 +293,8 @@ std::shared_ptr<Work> ProcessGroup::broadcast(Tensor& tensor, int src, bool asyn
                    " is out of range for a group of ", size(), " ranks");
   plan.dtype = tensor.dtype();
   plan.root = src;
-  plan.input = tensor;
-  plan.output = tensor;
+  plan.borrow_input(tensor);
+  plan.borrow_output(tensor);
   return submit(*state_, plan, async_op);
 }
 
@@ -309,7 +310,7 @@ std::shared_ptr<Work> ProcessGroup::barrier(bool async_op) {
 std::shared_ptr<Work> all_gather_into_tensor_uneven(Tensor& output, const Tensor& input,
                                                     const std::vector<int64_t>& output_split_sizes,
                                                     const ProcessGroupPtr& group, bool async_op) {
-  return collectives::resolve_group(group)->all_gather_into_tensor_uneven(
+  return collectives::group_ref(group).all_gather_into_tensor_uneven(
       output, input, output_split_sizes, async_op);
 }
 
@@ -317,43 +318,43 @@ std::shared_ptr<Work> reduce_scatter_tensor_uneven(Tensor& output, const Tensor&
                                                    const std::vector<int64_t>& input_split_sizes,
                                                    ReduceOp op, const ProcessGroupPtr& group,
                                                    bool async_op) {
-  return collectives::resolve_group(group)->reduce_scatter_tensor_uneven(
+  return collectives::group_ref(group).reduce_scatter_tensor_uneven(
       output, input, input_split_sizes, op, async_op);
 }
 
 std::shared_ptr<Work> all_gather_into_tensor(Tensor& output, const Tensor& input,
                                              const ProcessGroupPtr& group, bool async_op) {
-  return collectives::resolve_group(group)->all_gather_into_tensor(output, input, async_op);
+  return collectives::group_ref(group).all_gather_into_tensor(output, input, async_op);
 }
 
 std::shared_ptr<Work> reduce_scatter_tensor(Tensor& output, const Tensor& input, ReduceOp op,
                                             const ProcessGroupPtr& group, bool async_op) {
-  return collectives::resolve_group(group)->reduce_scatter_tensor(output, input, op, async_op);
+  return collectives::group_ref(group).reduce_scatter_tensor(output, input, op, async_op);
 }
 
 std::shared_ptr<Work> all_gather(std::vector<Tensor>& outputs, const Tensor& input,
                                  const ProcessGroupPtr& group, bool async_op) {
-  return collectives::resolve_group(group)->all_gather(outputs, input, async_op);
+  return collectives::group_ref(group).all_gather(outputs, input, async_op);
 }
 
 std::shared_ptr<Work> all_reduce(Tensor& tensor, ReduceOp op, const ProcessGroupPtr& group,
                                  bool async_op) {
-  return collectives::resolve_group(group)->all_reduce(tensor, op, async_op);
+  return collectives::group_ref(group).all_reduce(tensor, op, async_op);
 }
 
 std::shared_ptr<Work> broadcast(Tensor& tensor, int src, const ProcessGroupPtr& group,
                                 bool async_op) {
   // As torch.distributed: `src` is a rank of the default group; translate it into the group.
-  ProcessGroupPtr resolved = collectives::resolve_group(group);
-  const auto& ranks = resolved->global_ranks();
+  ProcessGroup& resolved = collectives::group_ref(group);
+  const auto& ranks = resolved.global_ranks();
   const auto position = std::find(ranks.begin(), ranks.end(), src);
   SHMCCL_CHECK_ARG(position != ranks.end(), "broadcast: src rank ", src,
                    " is not a member of the group (ranks ", ranks, ")");
-  return resolved->broadcast(tensor, static_cast<int>(position - ranks.begin()), async_op);
+  return resolved.broadcast(tensor, static_cast<int>(position - ranks.begin()), async_op);
 }
 
 std::shared_ptr<Work> barrier(const ProcessGroupPtr& group, bool async_op) {
-  return collectives::resolve_group(group)->barrier(async_op);
+  return collectives::group_ref(group).barrier(async_op);
 }
 
 }  // namespace shmccl

@@ -2,6 +2,7 @@
 //
 // init_process_group, new_group, destroy_process_group and the lookup of groups by name.
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <mutex>
 
@@ -22,6 +23,9 @@ struct Registry {
   int generation = 0;
   int subgroups = 0;  // new_group calls in this generation (all ranks call it equally)
 };
+
+// The default group for group_ref(): set while the registry holds it.
+std::atomic<ProcessGroup*> g_default_group{nullptr};
 
 Registry& registry() {
   static auto* instance = new Registry();  // never destroyed: groups may outlive static teardown
@@ -60,6 +64,7 @@ void init_process_group(const InitOptions& options) {
       job.timeout));
   state.rendezvous = std::move(rendezvous);
   state.default_group = group;
+  g_default_group.store(group.get(), std::memory_order_release);
   state.groups.push_back(group);
   SHMCCL_INFO(kColl, "initialized: rank ", job.rank, " of ", job.world_size, ", job '",
               job.job_id, "', namespace ", job.ns);
@@ -77,6 +82,7 @@ void destroy_process_group() {
   {
     std::lock_guard<std::mutex> lock(state.mutex);
     groups.swap(state.groups);
+    g_default_group.store(nullptr, std::memory_order_release);
     state.default_group.reset();
     state.rendezvous.reset();
   }
@@ -140,6 +146,13 @@ ProcessGroupPtr require_default_group() {
 
 ProcessGroupPtr resolve_group(const ProcessGroupPtr& group) {
   return group ? group : require_default_group();
+}
+
+ProcessGroup& group_ref(const ProcessGroupPtr& group) {
+  if (group) return *group;
+  ProcessGroup* fallback = g_default_group.load(std::memory_order_acquire);
+  if (fallback != nullptr) [[likely]] return *fallback;
+  return *require_default_group();  // throws the "not initialized" error
 }
 
 }  // namespace collectives

@@ -16,12 +16,10 @@ uint64_t rank_bytes(const OpPlan& plan, int rank) {
   return static_cast<uint64_t>(plan.splits[static_cast<size_t>(rank)] * plan.row_bytes());
 }
 
-bool fits_inline(const OpPlan& plan, int /*size*/, uint64_t limit) {
-  return plan.input.nbytes() <= limit;
-}
+uint64_t inline_bytes(const OpPlan& plan, int /*size*/) { return plan.input().nbytes(); }
 
 void stage_inline(const OpPlan& plan, int /*rank*/, unsigned char* payload) {
-  if (plan.input.nbytes() > 0) std::memcpy(payload, plan.input.data_ptr(), plan.input.nbytes());
+  if (plan.input().nbytes() > 0) std::memcpy(payload, plan.input().data_ptr(), plan.input().nbytes());
 }
 
 void finish_inline(const ExecContext& context) {
@@ -32,7 +30,7 @@ void finish_inline(const ExecContext& context) {
   const int64_t offset = plan.rows_before(context.rank) * plan.row_bytes();
   const void* sources[transport::kMaxRanks];
   for (int j = 0; j < context.size; ++j) sources[j] = context.payloads[j] + offset;
-  kernels::reduce(plan.reduce_op, plan.dtype, plan.output.data_ptr(), sources, context.size,
+  kernels::reduce(plan.reduce_op, plan.dtype, plan.output().data_ptr(), sources, context.size,
                   count);
 }
 
@@ -64,7 +62,7 @@ void run_chunk(const ExecContext& context, uint64_t chunk) {
 
 }  // namespace
 
-const Algorithm kReduceScatterAlgorithm{fits_inline, stage_inline, finish_inline, count_chunks,
+const Algorithm kReduceScatterAlgorithm{inline_bytes, stage_inline, finish_inline, count_chunks,
                                         run_chunk};
 
 }  // namespace shmccl::collectives

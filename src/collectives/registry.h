@@ -14,5 +14,8 @@ namespace shmccl::collectives {
 // The default group; InvalidArgument when init_process_group has not run.
 ProcessGroupPtr require_default_group();
 ProcessGroupPtr resolve_group(const ProcessGroupPtr& group);
+// `group`, or the default group, without touching reference counts or locks (the collectives'
+// hot path). Using a group while another thread destroys it is undefined, as in torch.
+ProcessGroup& group_ref(const ProcessGroupPtr& group);
 
 }  // namespace shmccl::collectives

@@ -129,13 +129,17 @@ int device_of_pointer(const void* pointer) {
 namespace shmccl::npu {
 
 int device_count() {
-  const int64_t count = config::get_int("SHMCCL_NPU_DEVICE_COUNT");
-  if (count < 1 || count > device::kMaxDevices) {
-    SHMCCL_WARN(kDevice, "SHMCCL_NPU_DEVICE_COUNT=", count, " is out of range [1, ",
-                device::kMaxDevices, "]; using 8");
-    return 8;
-  }
-  return static_cast<int>(count);
+  // Read once: device indices are checked on every tensor operation.
+  static const int count = [] {
+    const int64_t configured = config::get_int("SHMCCL_NPU_DEVICE_COUNT");
+    if (configured < 1 || configured > device::kMaxDevices) {
+      SHMCCL_WARN(kDevice, "SHMCCL_NPU_DEVICE_COUNT=", configured, " is out of range [1, ",
+                  device::kMaxDevices, "]; using 8");
+      return 8;
+    }
+    return static_cast<int>(configured);
+  }();
+  return count;
 }
 
 void set_device(int device) {
@@ -148,6 +152,21 @@ int current_device() { return device::t_current_device; }
 Stream default_stream(int device) {
   return Stream(device::device_state(device::resolve_device(device)).default_stream);
 }
+
+}  // namespace shmccl::npu
+
+namespace shmccl::device {
+
+npu::detail::StreamImpl& current_stream_impl(int device) {
+  const int resolved = resolve_device(device);
+  auto& slot = thread_stream_slot(resolved);
+  if (slot) return *slot;
+  return *device_state(resolved).default_stream;
+}
+
+}  // namespace shmccl::device
+
+namespace shmccl::npu {
 
 Stream current_stream(int device) {
   const int resolved = device::resolve_device(device);

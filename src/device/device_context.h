@@ -19,6 +19,9 @@ int resolve_device(int device);
 // A new stream on `device` (-1: current) with a process-unique id.
 std::shared_ptr<npu::detail::StreamImpl> new_stream(int device);
 
+// The calling thread's current stream of `device` (-1: current), without copying a handle.
+npu::detail::StreamImpl& current_stream_impl(int device);
+
 // The arena and allocator of `device` (-1: current), created on first use.
 Arena& arena(int device);
 CachingAllocator& allocator(int device);

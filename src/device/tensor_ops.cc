@@ -23,10 +23,6 @@ void free_device(void* data, void* context) {
   static_cast<CachingAllocator*>(context)->free(data);
 }
 
-npu::detail::StreamImpl& current_stream_impl(int device) {
-  return *npu::current_stream(device).impl();
-}
-
 }  // namespace
 
 std::shared_ptr<detail::Storage> allocate_storage(size_t nbytes, Device device) {

@@ -8,9 +8,12 @@
 //   RankSlot[world_size]               36 KiB each, cache-line aligned
 //
 // Protocol of collective number `s` (1, 2, ...) on the group:
-//   1. each rank writes its OpDescriptor (and small payloads) into descriptors[s % 2] of its own
-//      slot, then release-stores `arrived = s`;
-//   2. each rank waits until every slot's `arrived >= s` (acquire) and compares descriptors;
+//   1. each rank writes its OpDescriptor into descriptors[s % 2] of its own slot, its payload (if
+//      the collective is small) into arrivals[s % 2].payload or inline_data[s % 2], the call's
+//      fingerprint into arrivals[s % 2], then release-stores arrivals[s % 2].sequence = s;
+//   2. each rank waits until every slot's arrivals[s % 2].sequence == s (acquire) and compares
+//      fingerprints (the full descriptors are read only to describe a mismatch). A collective
+//      whose payload fits the 48 bytes of the arrival line costs one cache-line transfer per peer;
 //   3. the ranks claim chunks of work [pool_base, pool_end) from `claim` and count finished ones
 //      in `done`; both counters only grow, so no reset races between collectives;
 //   4. a rank returns once `done >= pool_end`.
@@ -30,7 +33,7 @@ inline constexpr int kMaxRanks = 64;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr size_t kInlineBytes = 16 * 1024;  // small-collective payload per slot and parity
 inline constexpr uint64_t kControlMagic = 0x73686d63636c4342ull;  // "shmcclCB"
-inline constexpr uint32_t kControlVersion = 1;
+inline constexpr uint32_t kControlVersion = 2;
 
 // A buffer one rank exposes for one collective: where it lives in its owner's device arena.
 // arena.pid == 0 means "no buffer".
@@ -71,17 +74,35 @@ struct OpDescriptor {
   BufferRef outputs[kMaxRanks];  // kAllGatherList: one output tensor per source rank
 };
 
+inline constexpr size_t kArrivalPayloadBytes = 48;
+
+// One cache line: a rank's arrival at a collective, with the call's fingerprint and, for tiny
+// collectives, the data itself, so a peer gets all three with one line transfer.
+struct alignas(kCacheLine) ArrivalLine {
+  std::atomic<uint64_t> sequence;  // the collective this line describes (release-stored last)
+  uint64_t fingerprint;            // hash of the fields same-call checks compare
+  unsigned char payload[kArrivalPayloadBytes];
+};
+static_assert(sizeof(ArrivalLine) == kCacheLine);
+
 struct alignas(kCacheLine) RankSlot {
   // Written by the slot's owner only.
-  std::atomic<uint64_t> arrived;  // sequence number of the last collective this rank entered
+  ArrivalLine arrivals[2];  // by sequence parity
   std::atomic<int32_t> pid;
   std::atomic<uint32_t> attached;  // 1 once the rank mapped the segment
-  char padding0[kCacheLine - 16];
+  char padding0[kCacheLine - 8];
   OpDescriptor descriptors[2];
   alignas(kCacheLine) unsigned char inline_data[2][kInlineBytes];
 };
 static_assert(sizeof(RankSlot) % kCacheLine == 0);
-static_assert(offsetof(RankSlot, descriptors) == kCacheLine);
+static_assert(offsetof(RankSlot, descriptors) == 3 * kCacheLine);
+
+// The last collective rank `slot` arrived at.
+inline uint64_t arrived_sequence(const RankSlot& slot) {
+  const uint64_t even = slot.arrivals[0].sequence.load(std::memory_order_acquire);
+  const uint64_t odd = slot.arrivals[1].sequence.load(std::memory_order_acquire);
+  return even > odd ? even : odd;
+}
 
 struct alignas(4096) ControlHeader {
   uint64_t magic;

@@ -243,7 +243,7 @@ char* GroupTransport::resolve(const BufferRef& ref, uint64_t bytes) const {
 std::string late_ranks(const GroupTransport& transport, uint64_t sequence) {
   std::string late;
   for (int r = 0; r < transport.size(); ++r) {
-    if (transport.slot(r).arrived.load(std::memory_order_acquire) < sequence) {
+    if (arrived_sequence(transport.slot(r)) < sequence) {
       late += (late.empty() ? "" : ", ") + std::to_string(r);
     }
   }

@@ -55,6 +55,10 @@ class GroupTransport {
   // peer died, TimeoutError at `deadline`; `describe()` adds what was awaited (late ranks...).
   template <typename Ready, typename Describe>
   void wait_until(Ready&& ready, Clock::time_point deadline, Describe&& describe);
+  // The same with a timeout counted from the end of the spin phase (no clock read when the
+  // condition comes true while spinning: the common case of a collective).
+  template <typename Ready, typename Describe>
+  void wait_until(Ready&& ready, std::chrono::milliseconds timeout, Describe&& describe);
   // Wakes sleepers after a change to shared state they may wait for (cheap when none sleeps).
   void notify();
 
@@ -105,6 +109,22 @@ void GroupTransport::wait_until(Ready&& ready, Clock::time_point deadline, Descr
   using DescribeType = std::remove_reference_t<Describe>;
   sleep_until([](void* context) -> bool { return (*static_cast<ReadyType*>(context))(); }, &ready,
               deadline,
+              [](void* context) -> std::string { return (*static_cast<DescribeType*>(context))(); },
+              &describe);
+}
+
+template <typename Ready, typename Describe>
+void GroupTransport::wait_until(Ready&& ready, std::chrono::milliseconds timeout,
+                                Describe&& describe) {
+  const int spin_rounds = oversubscribed_ ? 64 : 20000;
+  for (int i = 0; i < spin_rounds; ++i) {
+    if (ready()) [[likely]] return;
+    cpu_relax();
+  }
+  using ReadyType = std::remove_reference_t<Ready>;
+  using DescribeType = std::remove_reference_t<Describe>;
+  sleep_until([](void* context) -> bool { return (*static_cast<ReadyType*>(context))(); }, &ready,
+              Clock::now() + timeout,
               [](void* context) -> std::string { return (*static_cast<DescribeType*>(context))(); },
               &describe);
 }
