@@ -76,7 +76,7 @@ void run_chunk(const ExecContext& context, uint64_t chunk) {
   } else {
     to = context.outputs[destination] + plan.rows_before(source) * plan.row_bytes() + offset;
   }
-  if (to != from) kernels::copy(to, from, length);  // in place: the rank's own rows are there
+  if (to != from) context.copy(to, from, length);  // in place: the rank's own rows are there
 }
 
 }  // namespace

@@ -39,7 +39,7 @@ void run_chunk(const ExecContext& context, uint64_t chunk) {
   char* result = context.inputs[0] + offset;
   kernels::reduce(plan.reduce_op, plan.dtype, result, sources, context.size,
                   length / element_size(plan.dtype));
-  for (int j = 1; j < context.size; ++j) kernels::copy(context.inputs[j] + offset, result, length);
+  for (int j = 1; j < context.size; ++j) context.copy(context.inputs[j] + offset, result, length);
 }
 
 }  // namespace

@@ -37,7 +37,7 @@ void run_chunk(const ExecContext& context, uint64_t chunk) {
   if (destination >= plan.root) ++destination;  // the root receives nothing
   const uint64_t offset = (chunk % pieces) * context.chunk_bytes;
   const uint64_t length = std::min<uint64_t>(context.chunk_bytes, plan.input().nbytes() - offset);
-  kernels::copy(context.outputs[destination] + offset, context.inputs[plan.root] + offset, length);
+  context.copy(context.outputs[destination] + offset, context.inputs[plan.root] + offset, length);
 }
 
 uint64_t barrier_inline_bytes(const OpPlan&, int) { return 0; }

@@ -51,6 +51,14 @@ uint64_t chunk_bytes() {
 
 }  // namespace
 
+void ExecContext::copy(void* to, const void* from, uint64_t bytes) const {
+  if (streaming) {
+    kernels::copy_streaming(to, from, bytes);
+  } else {
+    kernels::copy(to, from, bytes);
+  }
+}
+
 uint64_t inline_limit() {
   static const uint64_t limit =
       std::min<uint64_t>(config::get_bytes("SHMCCL_INLINE_BYTES"), transport::kInlineBytes);
@@ -154,6 +162,25 @@ uint64_t fingerprint(const OpDescriptor& d) {
   if (d.kind == OpKind::kAllGather) mix(static_cast<uint64_t>(d.output_numel));
   for (int r = 0; r < d.num_splits; ++r) mix(static_cast<uint64_t>(d.splits[r]));
   return hash;
+}
+
+// Bytes the collective writes on all ranks together.
+uint64_t output_bytes(const OpPlan& plan, int size) {
+  const uint64_t rows_total = static_cast<uint64_t>(plan.rows_before(size) * plan.row_bytes());
+  switch (plan.kind) {
+    case OpKind::kAllGather:
+    case OpKind::kAllGatherList:
+      return rows_total * static_cast<uint64_t>(size);
+    case OpKind::kReduceScatter:
+      return rows_total;
+    case OpKind::kAllReduce:
+    case OpKind::kBroadcast:
+      return plan.input().nbytes() * static_cast<uint64_t>(size);
+    case OpKind::kBarrier:
+    case OpKind::kNone:
+      break;
+  }
+  return 0;
 }
 
 uint64_t rank_rows_bytes(const OpPlan& plan, int rank) {
@@ -291,19 +318,23 @@ void execute(detail::GroupState& state, const OpPlan& plan) {
     // Release (seq_cst for notify's Dekker pairing): descriptor, payload and fingerprint
     // happen-before any peer that sees this arrival.
     arrival.sequence.store(sequence, std::memory_order_seq_cst);
-    transport.notify();
+    auto everyone_arrived = [&] {
+      for (int r = 0; r < size; ++r) {
+        if (transport.slot(r).arrivals[parity].sequence.load(std::memory_order_seq_cst) !=
+            sequence) {
+          return false;
+        }
+      }
+      return true;
+    };
+    // Sleepers wait for everyone, so only the arrival that completes the set needs to wake them
+    // (no thundering herd when ranks outnumber cores). Two last arrivals racing: each store is
+    // seq_cst and precedes its check, so at least one of them sees the other and wakes.
+    if (everyone_arrived()) transport.notify();
 
     const auto timeout = state.timeout();
     transport.wait_until(
-        [&] {
-          for (int r = 0; r < size; ++r) {
-            if (transport.slot(r).arrivals[parity].sequence.load(std::memory_order_acquire) !=
-                sequence) {
-              return false;
-            }
-          }
-          return true;
-        },
+        everyone_arrived,
         timeout,
         [&] {
           return detail::concat("in ", plan.name, " (sequence ", sequence, ", timeout ",
@@ -313,6 +344,8 @@ void execute(detail::GroupState& state, const OpPlan& plan) {
         });
 
     ExecContext context(transport, plan, rank, size, chunk_bytes());
+    static const uint64_t streaming_bytes = config::get_bytes("SHMCCL_STREAMING_BYTES");
+    context.streaming = !inline_payload && output_bytes(plan, size) >= streaming_bytes;
     for (int r = 0; r < size; ++r) {
       const transport::RankSlot& slot = transport.slot(r);
       if (slot.arrivals[parity].fingerprint != arrival.fingerprint) [[unlikely]] {

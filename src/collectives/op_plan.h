@@ -74,7 +74,7 @@ struct OpPlan {
   int64_t row_bytes() const { return row_elements * static_cast<int64_t>(element_size(dtype)); }
   int64_t rows_before(int rank) const {
     int64_t rows = 0;
-    for (int r = 0; r < rank; ++r) rows += splits[static_cast<size_t>(r)];
+    for (int r = 0; r < rank && r < num_splits; ++r) rows += splits[static_cast<size_t>(r)];
     return rows;
   }
 
@@ -113,6 +113,10 @@ struct ExecContext {
   char* inputs[transport::kMaxRanks];   // resolved input buffer of each rank (zero-copy path)
   char* outputs[transport::kMaxRanks];  // resolved output buffer of each rank
   uint64_t chunk_bytes;
+  // The collective writes more than the last-level cache holds: copy with streaming stores.
+  bool streaming = false;
+
+  void copy(void* to, const void* from, uint64_t bytes) const;
 };
 
 // One row of the algorithm table: how an op kind runs through slots (small) or through the

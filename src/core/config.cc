@@ -36,6 +36,9 @@ constexpr std::array kSettings = {
     Setting{"SHMCCL_INLINE_BYTES", Kind::kBytes, "16K",
             "largest per-rank payload sent through the control block's slots instead of the "
             "zero-copy work pool (at most 16K)"},
+    Setting{"SHMCCL_STREAMING_BYTES", Kind::kBytes, "32M",
+            "collectives writing at least this many bytes (all ranks together) copy with "
+            "non-temporal stores, which skip the cache the data would only flush"},
     Setting{"SHMCCL_JOB_ID", Kind::kString, "", "job id shared by the ranks of one job"},
     Setting{"SHMCCL_NAMESPACE", Kind::kString, "",
             "prefix of the job's shared-memory segment names (set by shmrun)"},

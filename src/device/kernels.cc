@@ -204,4 +204,11 @@ void copy(void* dst, const void* src, size_t bytes) {
   std::memcpy(dst, src, bytes);
 }
 
+void copy_streaming(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0 || dst == src) return;
+  const detail::IsaTable* table = vector_table();
+  if (table != nullptr) return table->stream_copy(dst, src, bytes);
+  std::memcpy(dst, src, bytes);
+}
+
 }  // namespace shmccl::kernels

@@ -54,4 +54,9 @@ void reduce(ReduceOp op, ScalarType type, void* dst, const void* const* srcs, in
 // memcpy; uses non-temporal stores for copies larger than the last-level cache.
 void copy(void* dst, const void* src, size_t bytes);
 
+// memcpy with non-temporal (streaming) stores whatever the size: for callers that know the
+// destination will not be read soon and the whole operation exceeds the cache (a collective's
+// outputs), even when each piece is small. Falls back to memcpy without a vector ISA.
+void copy_streaming(void* dst, const void* src, size_t bytes);
+
 }  // namespace shmccl::kernels
