@@ -26,7 +26,8 @@ double memcpy_rate(int64_t bytes) {
     benchmark::DoNotOptimize(destination.data());
     benchmark::ClobberMemory();
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return static_cast<double>(bytes) * static_cast<double>(iterations) / seconds / 1e9;
 }
 
@@ -99,20 +100,22 @@ void run_collective(benchmark::State& state, Op op, int64_t bytes, bool on_npu, 
   };
   once();  // warm up: maps peers' arenas, faults pages in
   once();
-  for (auto _ : state) state.SetIterationTime(timed_max_over_ranks(once));
+  for (auto _ : state)
+    state.SetIterationTime(timed_max_over_ranks(once));
   const double real_bytes = static_cast<double>(count * element);
   state.SetBytesProcessed(static_cast<int64_t>(real_bytes) * state.iterations());
   state.counters["algbw_GBps"] =
       benchmark::Counter(real_bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["busbw_GBps"] = benchmark::Counter(
-      real_bytes * bus_factor(op, world) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["busbw_GBps"] = benchmark::Counter(real_bytes * bus_factor(op, world) / 1e9,
+                                                    benchmark::Counter::kIsIterationInvariantRate);
   state.counters["memcpy_GBps"] = g_memcpy_gbps[bytes];
   state.counters["ranks"] = world;
 }
 
 void register_all(int world, int rank) {
   std::vector<int64_t> sizes;
-  for (int64_t size = 8; size <= (int64_t{128} << 20); size *= 4) sizes.push_back(size);
+  for (int64_t size = 8; size <= (int64_t{128} << 20); size *= 4)
+    sizes.push_back(size);
   sizes.push_back(int64_t{256} << 20);
   // The memcpy limit, measured once per size by rank 0 while the others wait.
   for (int64_t size : sizes) {
@@ -126,11 +129,13 @@ void register_all(int world, int rank) {
     for (bool on_npu : {true, false}) {
       for (int64_t size : sizes) {
         const std::string name = std::string("BM_") + op_name(op) + (on_npu ? "/npu" : "/host") +
-                                 "/ranks:" + std::to_string(world) + "/bytes:" +
-                                 std::to_string(size);
-        benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& state) {
-          run_collective(state, op, size, on_npu, kFloat32, world, rank);
-        })
+                                 "/ranks:" + std::to_string(world) +
+                                 "/bytes:" + std::to_string(size);
+        benchmark::RegisterBenchmark(name.c_str(),
+                                     [=](benchmark::State& state) {
+                                       run_collective(state, op, size, on_npu, kFloat32, world,
+                                                      rank);
+                                     })
             ->Iterations(iterations_for(size))
             ->UseManualTime()
             ->Unit(benchmark::kMicrosecond);

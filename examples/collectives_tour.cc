@@ -25,13 +25,15 @@ int main() {
 
   // Uneven all-gather: rank r contributes r + 1 rows of value r.
   std::vector<int64_t> splits;
-  for (int r = 0; r < world; ++r) splits.push_back(r + 1);
+  for (int r = 0; r < world; ++r)
+    splits.push_back(r + 1);
   const int64_t rows = world * (world + 1) / 2;
   shmccl::Tensor mine = shmccl::full({rank + 1, 4}, rank, shmccl::kBFloat16).npu();
   shmccl::Tensor gathered = shmccl::zeros({rows, 4}, shmccl::kBFloat16).npu();
   shmccl::all_gather_into_tensor_uneven(gathered, mine, splits);
   std::vector<float> expected_gather;
-  for (int r = 0; r < world; ++r) expected_gather.insert(expected_gather.end(), (r + 1) * 4, r);
+  for (int r = 0; r < world; ++r)
+    expected_gather.insert(expected_gather.end(), (r + 1) * 4, r);
   check(shmccl::allclose(gathered, shmccl::from_vector<float>(expected_gather, {rows, 4})),
         "all_gather_into_tensor_uneven (bfloat16)", rank);
 
@@ -50,8 +52,7 @@ int main() {
 
   shmccl::Tensor root_value = shmccl::full({3}, rank == world - 1 ? 42 : 0, shmccl::kInt64);
   shmccl::broadcast(root_value, world - 1);  // host tensors work too
-  check(shmccl::equal(root_value, shmccl::full({3}, 42, shmccl::kInt64)), "broadcast (host)",
-        rank);
+  check(shmccl::equal(root_value, shmccl::full({3}, 42, shmccl::kInt64)), "broadcast (host)", rank);
 
   shmccl::barrier();
   shmccl::destroy_process_group();

@@ -6,16 +6,16 @@
 #pragma once
 
 #include <gtest/gtest.h>
-#include <signal.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <dirent.h>
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <dirent.h>
 #include <functional>
 #include <random>
 #include <sstream>
@@ -85,9 +85,10 @@ inline std::vector<std::string> shm_entries(const std::string& fragment) {
 
 // Runs body(ctx) in `world` forked processes. A rank exits 0 when the body returns; 1 with the
 // exception's text otherwise. Ranks still running after `timeout` are killed (a hang).
-inline std::vector<RankResult> run_ranks(int world, const std::function<void(const RankContext&)>& body,
-                                         std::chrono::milliseconds timeout = std::chrono::seconds(60),
-                                         std::string job_id = unique_job_id()) {
+inline std::vector<RankResult> run_ranks(
+    int world, const std::function<void(const RankContext&)>& body,
+    std::chrono::milliseconds timeout = std::chrono::seconds(60),
+    std::string job_id = unique_job_id()) {
   std::vector<pid_t> pids;
   std::vector<int> pipes;
   for (int rank = 0; rank < world; ++rank) {
@@ -183,11 +184,13 @@ inline ::testing::AssertionResult all_ranks_succeeded(const std::vector<RankResu
 // Asserts that nothing of the job is left in /dev/shm.
 inline ::testing::AssertionResult no_segments_left(const std::string& job_id) {
   std::string sanitized;
-  for (char c : job_id) sanitized += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_') ? c : '_';
+  for (char c : job_id)
+    sanitized += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_') ? c : '_';
   const auto left = shm_entries("shmccl.j" + sanitized);
   if (left.empty()) return ::testing::AssertionSuccess();
   auto failure = ::testing::AssertionFailure() << "left in /dev/shm:";
-  for (const auto& name : left) failure << " " << name;
+  for (const auto& name : left)
+    failure << " " << name;
   return failure;
 }
 

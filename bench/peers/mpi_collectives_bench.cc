@@ -126,7 +126,8 @@ int main(int argc, char** argv) {
       report("reduce_scatter_uneven", seconds, (n - 1) / n);
     }
     {  // all-reduce
-      std::vector<float> input(static_cast<size_t>(count), 1.0f), output(static_cast<size_t>(count));
+      std::vector<float> input(static_cast<size_t>(count), 1.0f),
+          output(static_cast<size_t>(count));
       auto op = [&] {
         MPI_Allreduce(input.data(), output.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
                       MPI_COMM_WORLD);
@@ -137,7 +138,9 @@ int main(int argc, char** argv) {
     }
     {  // broadcast
       std::vector<float> buffer(static_cast<size_t>(count), rank == 0 ? 3.0f : 0.0f);
-      auto op = [&] { MPI_Bcast(buffer.data(), static_cast<int>(count), MPI_FLOAT, 0, MPI_COMM_WORLD); };
+      auto op = [&] {
+        MPI_Bcast(buffer.data(), static_cast<int>(count), MPI_FLOAT, 0, MPI_COMM_WORLD);
+      };
       const double seconds = mean_time(iterations, op);
       check(buffer[0] == 3.0f, "bcast", rank);
       report("broadcast", seconds, 1);

@@ -38,7 +38,7 @@ constexpr uint16_t float_to_half_bits(float value) noexcept {
     return static_cast<uint16_t>(sign | 0x7C00u | payload);
   }
   if (magnitude >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // >= 65520: Inf
-  if (magnitude < 0x38800000u) {  // Below 2^-14: a half subnormal or zero.
+  if (magnitude < 0x38800000u) {               // Below 2^-14: a half subnormal or zero.
     if (magnitude < 0x33000000u) return sign;  // Below 2^-25: rounds to zero.
     const uint32_t exponent = magnitude >> 23;
     const uint32_t mantissa = (magnitude & 0x7FFFFFu) | 0x800000u;
@@ -93,7 +93,11 @@ struct BFloat16 {
 
 static_assert(sizeof(Half) == 2 && sizeof(BFloat16) == 2);
 
-inline std::ostream& operator<<(std::ostream& out, Half value) { return out << float(value); }
-inline std::ostream& operator<<(std::ostream& out, BFloat16 value) { return out << float(value); }
+inline std::ostream& operator<<(std::ostream& out, Half value) {
+  return out << float(value);
+}
+inline std::ostream& operator<<(std::ostream& out, BFloat16 value) {
+  return out << float(value);
+}
 
 }  // namespace shmccl

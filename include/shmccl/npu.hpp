@@ -106,7 +106,7 @@ struct MemoryStats {
   uint64_t max_reserved_bytes = 0;
   uint64_t num_allocs = 0;
   uint64_t num_frees = 0;
-  uint64_t num_segments = 0;  // committed arena segments
+  uint64_t num_segments = 0;    // committed arena segments
   uint64_t capacity_bytes = 0;  // the device's total memory (the arena's size)
 };
 MemoryStats memory_stats(int device = -1);

@@ -71,14 +71,13 @@ class ProcessGroup {
 
   // output (sum(split_sizes), ...) on every rank gets rank r's input at rows
   // [sum(split_sizes[:r]), +split_sizes[r]). Empty split_sizes: an even split of dim 0.
-  std::shared_ptr<Work> all_gather_into_tensor_uneven(Tensor& output, const Tensor& input,
-                                                      const std::vector<int64_t>& output_split_sizes = {},
-                                                      bool async_op = false);
+  std::shared_ptr<Work> all_gather_into_tensor_uneven(
+      Tensor& output, const Tensor& input, const std::vector<int64_t>& output_split_sizes = {},
+      bool async_op = false);
   // Rank r's output = op over all ranks of their input rows for r.
-  std::shared_ptr<Work> reduce_scatter_tensor_uneven(Tensor& output, const Tensor& input,
-                                                     const std::vector<int64_t>& input_split_sizes = {},
-                                                     ReduceOp op = ReduceOp::SUM,
-                                                     bool async_op = false);
+  std::shared_ptr<Work> reduce_scatter_tensor_uneven(
+      Tensor& output, const Tensor& input, const std::vector<int64_t>& input_split_sizes = {},
+      ReduceOp op = ReduceOp::SUM, bool async_op = false);
   // Even forms. The all-gather output is either the concatenation (N*d0, ...) or the stack
   // (N, d0, ...) of the inputs.
   std::shared_ptr<Work> all_gather_into_tensor(Tensor& output, const Tensor& input,
@@ -105,15 +104,12 @@ class ProcessGroup {
 };
 
 // Free-function spellings (group nullptr: the default group).
-std::shared_ptr<Work> all_gather_into_tensor_uneven(Tensor& output, const Tensor& input,
-                                                    const std::vector<int64_t>& output_split_sizes = {},
-                                                    const ProcessGroupPtr& group = nullptr,
-                                                    bool async_op = false);
-std::shared_ptr<Work> reduce_scatter_tensor_uneven(Tensor& output, const Tensor& input,
-                                                   const std::vector<int64_t>& input_split_sizes = {},
-                                                   ReduceOp op = ReduceOp::SUM,
-                                                   const ProcessGroupPtr& group = nullptr,
-                                                   bool async_op = false);
+std::shared_ptr<Work> all_gather_into_tensor_uneven(
+    Tensor& output, const Tensor& input, const std::vector<int64_t>& output_split_sizes = {},
+    const ProcessGroupPtr& group = nullptr, bool async_op = false);
+std::shared_ptr<Work> reduce_scatter_tensor_uneven(
+    Tensor& output, const Tensor& input, const std::vector<int64_t>& input_split_sizes = {},
+    ReduceOp op = ReduceOp::SUM, const ProcessGroupPtr& group = nullptr, bool async_op = false);
 std::shared_ptr<Work> all_gather_into_tensor(Tensor& output, const Tensor& input,
                                              const ProcessGroupPtr& group = nullptr,
                                              bool async_op = false);

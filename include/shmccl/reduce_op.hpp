@@ -12,6 +12,8 @@ enum class ReduceOp { SUM, PRODUCT, MIN, MAX, AVG };
 
 const char* reduce_op_name(ReduceOp op) noexcept;  // "sum", "product", "min", "max", "avg"
 
-inline std::ostream& operator<<(std::ostream& out, ReduceOp op) { return out << reduce_op_name(op); }
+inline std::ostream& operator<<(std::ostream& out, ReduceOp op) {
+  return out << reduce_op_name(op);
+}
 
 }  // namespace shmccl

@@ -81,7 +81,10 @@ class Tensor {
   Tensor contiguous() const { return *this; }
 
   // In-place ops (on this tensor's device, in its current stream's order).
-  Tensor& copy_(const Tensor& source);  // any device/dtype; same numel
+  // Any device and dtype; same numel. Host<->device copies are synchronous unless non_blocking,
+  // which queues them on the device's current stream like device work (the host tensor is kept
+  // alive until the copy ran; do not modify it before synchronizing).
+  Tensor& copy_(const Tensor& source, bool non_blocking = false);
   Tensor& fill_(double value);
   Tensor& zero_() { return fill_(0); }
   Tensor& add_(const Tensor& other);
@@ -94,7 +97,7 @@ class Tensor {
   T item() const;  // numel() == 1
   double item_as_double(int64_t flat_index = 0) const;
 
-  std::string str() const;  // torch-like printing
+  std::string str() const;                     // torch-like printing
   void tofile(const std::string& path) const;  // raw bytes, like numpy's tofile
 
   // Internals for the library's layers.
@@ -127,8 +130,8 @@ Tensor arange(int64_t n, ScalarType dtype = kInt64, Device device = Device::cpu(
 // the same values on every machine.
 Tensor rand(const IntArrayRef& shape, uint64_t seed, ScalarType dtype = kFloat32, double low = 0,
             double high = 1, Device device = Device::cpu());
-Tensor randn(const IntArrayRef& shape, uint64_t seed, ScalarType dtype = kFloat32,
-             double mean = 0, double stddev = 1, Device device = Device::cpu());
+Tensor randn(const IntArrayRef& shape, uint64_t seed, ScalarType dtype = kFloat32, double mean = 0,
+             double stddev = 1, Device device = Device::cpu());
 // Raw bytes written by tofile.
 Tensor fromfile(const std::string& path, ScalarType dtype, const IntArrayRef& shape = {-1});
 
@@ -151,10 +154,18 @@ Tensor mul(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, const Tensor& b);
 Tensor maximum(const Tensor& a, const Tensor& b);
 Tensor minimum(const Tensor& a, const Tensor& b);
-inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
-inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
-inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
-inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+inline Tensor operator+(const Tensor& a, const Tensor& b) {
+  return add(a, b);
+}
+inline Tensor operator-(const Tensor& a, const Tensor& b) {
+  return sub(a, b);
+}
+inline Tensor operator*(const Tensor& a, const Tensor& b) {
+  return mul(a, b);
+}
+inline Tensor operator/(const Tensor& a, const Tensor& b) {
+  return div(a, b);
+}
 
 // Comparison helpers for tests: |a - b| <= atol + rtol * |b| element-wise (NaN equal to NaN when
 // equal_nan); shapes must match. Any dtypes and devices.

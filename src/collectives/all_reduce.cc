@@ -11,17 +11,21 @@
 namespace shmccl::collectives {
 namespace {
 
-uint64_t inline_bytes(const OpPlan& plan, int /*size*/) { return plan.input().nbytes(); }
+uint64_t inline_bytes(const OpPlan& plan, int /*size*/) {
+  return plan.input().nbytes();
+}
 
 void stage_inline(const OpPlan& plan, int /*rank*/, unsigned char* payload) {
-  if (plan.input().nbytes() > 0) std::memcpy(payload, plan.input().data_ptr(), plan.input().nbytes());
+  if (plan.input().nbytes() > 0)
+    std::memcpy(payload, plan.input().data_ptr(), plan.input().nbytes());
 }
 
 void finish_inline(const ExecContext& context) {
   const OpPlan& plan = context.plan;
   if (plan.input().numel() == 0) return;
   const void* sources[transport::kMaxRanks];
-  for (int j = 0; j < context.size; ++j) sources[j] = context.payloads[j];
+  for (int j = 0; j < context.size; ++j)
+    sources[j] = context.payloads[j];
   kernels::reduce(plan.reduce_op, plan.dtype, plan.output().data_ptr(), sources, context.size,
                   static_cast<size_t>(plan.input().numel()));
 }
@@ -35,11 +39,13 @@ void run_chunk(const ExecContext& context, uint64_t chunk) {
   const uint64_t offset = chunk * context.chunk_bytes;
   const uint64_t length = std::min<uint64_t>(context.chunk_bytes, plan.input().nbytes() - offset);
   const void* sources[transport::kMaxRanks];
-  for (int j = 0; j < context.size; ++j) sources[j] = context.inputs[j] + offset;
+  for (int j = 0; j < context.size; ++j)
+    sources[j] = context.inputs[j] + offset;
   char* result = context.inputs[0] + offset;
   kernels::reduce(plan.reduce_op, plan.dtype, result, sources, context.size,
                   length / element_size(plan.dtype));
-  for (int j = 1; j < context.size; ++j) context.copy(context.inputs[j] + offset, result, length);
+  for (int j = 1; j < context.size; ++j)
+    context.copy(context.inputs[j] + offset, result, length);
 }
 
 }  // namespace

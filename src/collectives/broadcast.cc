@@ -10,7 +10,9 @@
 namespace shmccl::collectives {
 namespace {
 
-uint64_t inline_bytes(const OpPlan& plan, int /*size*/) { return plan.input().nbytes(); }
+uint64_t inline_bytes(const OpPlan& plan, int /*size*/) {
+  return plan.input().nbytes();
+}
 
 void stage_inline(const OpPlan& plan, int rank, unsigned char* payload) {
   if (rank == plan.root && plan.input().nbytes() > 0) {
@@ -25,32 +27,37 @@ void finish_inline(const ExecContext& context) {
   }
 }
 
+// Chunk k: piece k of the root's tensor, read once and written into every other rank's tensor.
 uint64_t count_chunks(const ExecContext& context) {
-  return static_cast<uint64_t>(context.size - 1) *
-         piece_count(context.plan.input().nbytes(), context.chunk_bytes);
+  return context.size > 1 ? piece_count(context.plan.input().nbytes(), context.chunk_bytes) : 0;
 }
 
 void run_chunk(const ExecContext& context, uint64_t chunk) {
   const OpPlan& plan = context.plan;
-  const uint64_t pieces = piece_count(plan.input().nbytes(), context.chunk_bytes);
-  int destination = static_cast<int>(chunk / pieces);
-  if (destination >= plan.root) ++destination;  // the root receives nothing
-  const uint64_t offset = (chunk % pieces) * context.chunk_bytes;
+  const uint64_t offset = chunk * context.chunk_bytes;
   const uint64_t length = std::min<uint64_t>(context.chunk_bytes, plan.input().nbytes() - offset);
-  context.copy(context.outputs[destination] + offset, context.inputs[plan.root] + offset, length);
+  for (int destination = 0; destination < context.size; ++destination) {
+    if (destination == plan.root) continue;
+    context.copy(context.outputs[destination] + offset, context.inputs[plan.root] + offset,
+                 length);
+  }
 }
 
-uint64_t barrier_inline_bytes(const OpPlan&, int) { return 0; }
+uint64_t barrier_inline_bytes(const OpPlan&, int) {
+  return 0;
+}
 void barrier_stage_inline(const OpPlan&, int, unsigned char*) {}
 void barrier_finish_inline(const ExecContext&) {}
-uint64_t barrier_count_chunks(const ExecContext&) { return 0; }
+uint64_t barrier_count_chunks(const ExecContext&) {
+  return 0;
+}
 void barrier_run_chunk(const ExecContext&, uint64_t) {}
 
 }  // namespace
 
 const Algorithm kBroadcastAlgorithm{inline_bytes, stage_inline, finish_inline, count_chunks,
                                     run_chunk};
-const Algorithm kBarrierAlgorithm{barrier_inline_bytes, barrier_stage_inline,
-                                  barrier_finish_inline, barrier_count_chunks, barrier_run_chunk};
+const Algorithm kBarrierAlgorithm{barrier_inline_bytes, barrier_stage_inline, barrier_finish_inline,
+                                  barrier_count_chunks, barrier_run_chunk};
 
 }  // namespace shmccl::collectives

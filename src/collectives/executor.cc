@@ -133,10 +133,13 @@ void fill_descriptor(const OpPlan& plan, OpDescriptor& descriptor) {
   descriptor.output_numel = plan.output().defined() ? plan.output().numel() : 0;
   descriptor.row_elements = plan.row_elements;
   descriptor.num_splits = plan.num_splits;
-  for (int r = 0; r < plan.num_splits; ++r) descriptor.splits[r] = plan.splits[static_cast<size_t>(r)];
+  for (int r = 0; r < plan.num_splits; ++r)
+    descriptor.splits[r] = plan.splits[static_cast<size_t>(r)];
 }
 
-bool reduces(OpKind kind) { return kind == OpKind::kReduceScatter || kind == OpKind::kAllReduce; }
+bool reduces(OpKind kind) {
+  return kind == OpKind::kReduceScatter || kind == OpKind::kAllReduce;
+}
 
 // A hash of the fields two ranks must agree on (per-rank sizes, like an all-gather's input, are
 // checked against the common split locally). Equal calls have equal fingerprints; different
@@ -160,7 +163,8 @@ uint64_t fingerprint(const OpDescriptor& d) {
     mix(static_cast<uint64_t>(d.input_numel));
   }
   if (d.kind == OpKind::kAllGather) mix(static_cast<uint64_t>(d.output_numel));
-  for (int r = 0; r < d.num_splits; ++r) mix(static_cast<uint64_t>(d.splits[r]));
+  for (int r = 0; r < d.num_splits; ++r)
+    mix(static_cast<uint64_t>(d.splits[r]));
   return hash;
 }
 
@@ -190,7 +194,8 @@ uint64_t rank_rows_bytes(const OpPlan& plan, int rank) {
 // Resolves every rank's pool buffers; the sizes come from the (agreed) plan, not from the peer.
 void resolve_buffers(ExecContext& context) {
   const OpPlan& plan = context.plan;
-  const uint64_t total_bytes = static_cast<uint64_t>(plan.rows_before(context.size) * plan.row_bytes());
+  const uint64_t total_bytes =
+      static_cast<uint64_t>(plan.rows_before(context.size) * plan.row_bytes());
   for (int r = 0; r < context.size; ++r) {
     const OpDescriptor& descriptor = *context.descriptors[r];
     uint64_t input_bytes = 0;
@@ -251,13 +256,14 @@ void run_pool(detail::GroupState& state, ExecContext& context, const Algorithm& 
     claimed = header.claim.load(std::memory_order_relaxed);
     if (!transport.healthy()) transport.check_healthy();
   }
-  transport.wait_until(
-      [&] { return header.done.load(std::memory_order_acquire) >= end; }, timeout, [&] {
-        return detail::concat("in ", context.plan.name, " (sequence ", context.plan.sequence,
-                              ", timeout ", state.timeout().count(), " ms): waiting for ",
-                              end - header.done.load(std::memory_order_acquire),
-                              " chunks of work claimed by other ranks");
-      });
+  transport.wait_until([&] { return header.done.load(std::memory_order_acquire) >= end; }, timeout,
+                       [&] {
+                         return detail::concat("in ", context.plan.name, " (sequence ",
+                                               context.plan.sequence, ", timeout ",
+                                               state.timeout().count(), " ms): waiting for ",
+                                               end - header.done.load(std::memory_order_acquire),
+                                               " chunks of work claimed by other ranks");
+                       });
 }
 
 }  // namespace
@@ -275,7 +281,8 @@ std::string describe(const OpDescriptor& descriptor) {
   const int splits = std::clamp(descriptor.num_splits, 0, transport::kMaxRanks);
   if (splits > 0) {
     out << ", splits=[";
-    for (int r = 0; r < splits; ++r) out << (r ? ", " : "") << descriptor.splits[r];
+    for (int r = 0; r < splits; ++r)
+      out << (r ? ", " : "") << descriptor.splits[r];
     out << "] rows of " << descriptor.row_elements;
   }
   out << ")";
@@ -304,7 +311,8 @@ void execute(detail::GroupState& state, const OpPlan& plan) {
 
     std::optional<PoolBuffers> pool;
     if (inline_payload) {
-      algorithm.stage_inline(plan, rank, in_arrival_line ? arrival.payload : mine.inline_data[parity]);
+      algorithm.stage_inline(plan, rank,
+                             in_arrival_line ? arrival.payload : mine.inline_data[parity]);
     } else {
       pool.emplace(pool_buffers(plan));
       const PoolBuffers& buffers = *pool;
@@ -333,15 +341,11 @@ void execute(detail::GroupState& state, const OpPlan& plan) {
     if (everyone_arrived()) transport.notify();
 
     const auto timeout = state.timeout();
-    transport.wait_until(
-        everyone_arrived,
-        timeout,
-        [&] {
-          return detail::concat("in ", plan.name, " (sequence ", sequence, ", timeout ",
-                                state.timeout().count(), " ms): ranks ",
-                                transport::late_ranks(transport, sequence),
-                                " have not called it");
-        });
+    transport.wait_until(everyone_arrived, timeout, [&] {
+      return detail::concat("in ", plan.name, " (sequence ", sequence, ", timeout ",
+                            state.timeout().count(), " ms): ranks ",
+                            transport::late_ranks(transport, sequence), " have not called it");
+    });
 
     ExecContext context(transport, plan, rank, size, chunk_bytes());
     static const uint64_t streaming_bytes = config::get_bytes("SHMCCL_STREAMING_BYTES");
@@ -354,8 +358,8 @@ void execute(detail::GroupState& state, const OpPlan& plan) {
                                          " called ", describe(slot.descriptors[parity])));
       }
       context.descriptors[r] = &slot.descriptors[parity];
-      context.payloads[r] = in_arrival_line ? slot.arrivals[parity].payload
-                                            : slot.inline_data[parity];
+      context.payloads[r] =
+          in_arrival_line ? slot.arrivals[parity].payload : slot.inline_data[parity];
     }
     if (inline_payload) {
       algorithm.finish_inline(context);

@@ -7,8 +7,8 @@
 #pragma once
 
 #include <array>
-#include <memory>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -28,7 +28,9 @@ struct OpPlan {
 
   const Tensor& input() const { return input_ != nullptr ? *input_ : undefined(); }
   const Tensor& output() const { return output_ != nullptr ? *output_ : undefined(); }
-  const std::vector<Tensor>& outputs() const { return outputs_ != nullptr ? *outputs_ : no_outputs(); }
+  const std::vector<Tensor>& outputs() const {
+    return outputs_ != nullptr ? *outputs_ : no_outputs();
+  }
   void borrow_input(const Tensor& tensor) { input_ = &tensor; }
   void borrow_output(const Tensor& tensor) { output_ = &tensor; }
   void borrow_outputs(const std::vector<Tensor>& tensors) { outputs_ = &tensors; }
@@ -74,7 +76,8 @@ struct OpPlan {
   int64_t row_bytes() const { return row_elements * static_cast<int64_t>(element_size(dtype)); }
   int64_t rows_before(int rank) const {
     int64_t rows = 0;
-    for (int r = 0; r < rank && r < num_splits; ++r) rows += splits[static_cast<size_t>(r)];
+    for (int r = 0; r < rank && r < num_splits; ++r)
+      rows += splits[static_cast<size_t>(r)];
     return rows;
   }
 
@@ -140,6 +143,8 @@ const Algorithm& algorithm_for(transport::OpKind kind);
 uint64_t inline_limit();
 
 // Splits `bytes` into pieces of at most `chunk` bytes: the piece count (0 for 0 bytes).
-inline uint64_t piece_count(uint64_t bytes, uint64_t chunk) { return (bytes + chunk - 1) / chunk; }
+inline uint64_t piece_count(uint64_t bytes, uint64_t chunk) {
+  return (bytes + chunk - 1) / chunk;
+}
 
 }  // namespace shmccl::collectives

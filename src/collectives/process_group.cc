@@ -23,7 +23,8 @@ using transport::OpKind;
 
 int64_t product_of_trailing(const std::vector<int64_t>& sizes) {
   int64_t product = 1;
-  for (size_t d = 1; d < sizes.size(); ++d) product *= sizes[d];
+  for (size_t d = 1; d < sizes.size(); ++d)
+    product *= sizes[d];
   return product;
 }
 
@@ -49,7 +50,8 @@ void set_splits(OpPlan& plan, const std::vector<int64_t>& split_sizes, int64_t d
     SHMCCL_CHECK_ARG(dim0 % size == 0,
                      "Tensor's dim 0 does not divide equally across group size (dim 0 is ", dim0,
                      ", group size ", size, ")");
-    for (int r = 0; r < size; ++r) plan.splits[static_cast<size_t>(r)] = dim0 / size;
+    for (int r = 0; r < size; ++r)
+      plan.splits[static_cast<size_t>(r)] = dim0 / size;
     return;
   }
   SHMCCL_CHECK_ARG(static_cast<int>(split_sizes.size()) == size,
@@ -126,12 +128,24 @@ ProcessGroup::~ProcessGroup() {
   }
 }
 
-int ProcessGroup::rank() const { return state_->rank(); }
-int ProcessGroup::size() const { return state_->size(); }
-const std::string& ProcessGroup::comm_name() const { return state_->comm_name(); }
-const std::vector<int>& ProcessGroup::global_ranks() const { return state_->global_ranks(); }
-std::chrono::milliseconds ProcessGroup::timeout() const { return state_->timeout(); }
-void ProcessGroup::set_timeout(std::chrono::milliseconds timeout) { state_->set_timeout(timeout); }
+int ProcessGroup::rank() const {
+  return state_->rank();
+}
+int ProcessGroup::size() const {
+  return state_->size();
+}
+const std::string& ProcessGroup::comm_name() const {
+  return state_->comm_name();
+}
+const std::vector<int>& ProcessGroup::global_ranks() const {
+  return state_->global_ranks();
+}
+std::chrono::milliseconds ProcessGroup::timeout() const {
+  return state_->timeout();
+}
+void ProcessGroup::set_timeout(std::chrono::milliseconds timeout) {
+  state_->set_timeout(timeout);
+}
 
 void ProcessGroup::abort(const std::string& reason) {
   state_->transport().abort(reason);
@@ -148,16 +162,15 @@ std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor_uneven(
   check_defined(input, plan.name, "input");
   check_same_type(output, input);
   SHMCCL_CHECK_ARG(output.dim() >= 1, plan.name, ": the output needs at least one dimension");
-  SHMCCL_CHECK_ARG(same_trailing(input.sizes(), output.sizes()),
-                   plan.name, ": input shape ", input.sizes(), " and output shape ",
-                   output.sizes(), " must agree in every dimension but dim 0");
+  SHMCCL_CHECK_ARG(same_trailing(input.sizes(), output.sizes()), plan.name, ": input shape ",
+                   input.sizes(), " and output shape ", output.sizes(),
+                   " must agree in every dimension but dim 0");
   set_splits(plan, output_split_sizes, output.size(0), size());
   const int64_t mine = plan.splits[static_cast<size_t>(rank())];
-  SHMCCL_CHECK_ARG(input.size(0) == mine, plan.name, ": rank ", rank(), "'s input has ",
-                   input.size(0), " rows but its split size is ", mine, " (split sizes ",
-                   detail::concat(std::vector<int64_t>(plan.splits.begin(),
-                                                       plan.splits.begin() + size())),
-                   ")");
+  SHMCCL_CHECK_ARG(
+      input.size(0) == mine, plan.name, ": rank ", rank(), "'s input has ", input.size(0),
+      " rows but its split size is ", mine, " (split sizes ",
+      detail::concat(std::vector<int64_t>(plan.splits.begin(), plan.splits.begin() + size())), ")");
   plan.dtype = input.dtype();
   plan.row_elements = product_of_trailing(output.sizes());
   plan.borrow_input(input);
@@ -166,8 +179,8 @@ std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor_uneven(
 }
 
 std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor_uneven(
-    Tensor& output, const Tensor& input, const std::vector<int64_t>& input_split_sizes,
-    ReduceOp op, bool async_op) {
+    Tensor& output, const Tensor& input, const std::vector<int64_t>& input_split_sizes, ReduceOp op,
+    bool async_op) {
   OpPlan plan;
   plan.kind = OpKind::kReduceScatter;
   plan.name = "reduce_scatter_tensor_uneven";
@@ -175,9 +188,9 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor_uneven(
   check_defined(input, plan.name, "input");
   check_same_type(output, input);
   SHMCCL_CHECK_ARG(input.dim() >= 1, plan.name, ": the input needs at least one dimension");
-  SHMCCL_CHECK_ARG(same_trailing(input.sizes(), output.sizes()),
-                   plan.name, ": input shape ", input.sizes(), " and output shape ",
-                   output.sizes(), " must agree in every dimension but dim 0");
+  SHMCCL_CHECK_ARG(same_trailing(input.sizes(), output.sizes()), plan.name, ": input shape ",
+                   input.sizes(), " and output shape ", output.sizes(),
+                   " must agree in every dimension but dim 0");
   set_splits(plan, input_split_sizes, input.size(0), size());
   const int64_t mine = plan.splits[static_cast<size_t>(rank())];
   SHMCCL_CHECK_ARG(output.size(0) == mine, plan.name, ": rank ", rank(), "'s output has ",
@@ -201,16 +214,17 @@ std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor(Tensor& output, const
   const int n = size();
   const auto& in = input.sizes();
   const auto& out = output.sizes();
-  const bool concat_form = in.size() >= 1 && out.size() == in.size() && out[0] == n * in[0] &&
-                           same_trailing(out, in);
+  const bool concat_form =
+      in.size() >= 1 && out.size() == in.size() && out[0] == n * in[0] && same_trailing(out, in);
   bool stack_form = out.size() == in.size() + 1 && out[0] == n;
-  for (size_t d = 0; stack_form && d < in.size(); ++d) stack_form = out[d + 1] == in[d];
+  for (size_t d = 0; stack_form && d < in.size(); ++d)
+    stack_form = out[d + 1] == in[d];
   SHMCCL_CHECK_ARG(concat_form || stack_form, plan.name, ": output shape ", out,
-                   " is neither the concatenation nor the stack of ", n,
-                   " inputs of shape ", in);
+                   " is neither the concatenation nor the stack of ", n, " inputs of shape ", in);
   // Both forms have the same bytes: rank r's input is the r-th contiguous block.
   plan.num_splits = n;
-  for (int r = 0; r < n; ++r) plan.splits[static_cast<size_t>(r)] = input.numel();
+  for (int r = 0; r < n; ++r)
+    plan.splits[static_cast<size_t>(r)] = input.numel();
   plan.dtype = input.dtype();
   plan.row_elements = 1;
   plan.own_input(input.reshape({input.numel()}));
@@ -231,7 +245,8 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor(Tensor& output, const 
                    input.numel(), " elements (shape ", input.sizes(), "); expected ", n,
                    " times the output's ", output.numel(), " (shape ", output.sizes(), ")");
   plan.num_splits = n;
-  for (int r = 0; r < n; ++r) plan.splits[static_cast<size_t>(r)] = output.numel();
+  for (int r = 0; r < n; ++r)
+    plan.splits[static_cast<size_t>(r)] = output.numel();
   plan.dtype = input.dtype();
   plan.reduce_op = op;
   plan.row_elements = 1;
@@ -255,10 +270,9 @@ std::shared_ptr<Work> ProcessGroup::all_gather(std::vector<Tensor>& outputs, con
     const Tensor& output = outputs[static_cast<size_t>(r)];
     check_defined(output, plan.name, "output");
     check_same_type(output, input);
-    SHMCCL_CHECK_ARG(same_trailing(output.sizes(), input.sizes()),
-                     plan.name, ": output ", r, " has shape ", output.sizes(),
-                     ", which does not match the input shape ", input.sizes(),
-                     " outside dim 0");
+    SHMCCL_CHECK_ARG(same_trailing(output.sizes(), input.sizes()), plan.name, ": output ", r,
+                     " has shape ", output.sizes(), ", which does not match the input shape ",
+                     input.sizes(), " outside dim 0");
     plan.splits[static_cast<size_t>(r)] = rows ? output.size(0) : 1;
   }
   SHMCCL_CHECK_ARG(outputs[static_cast<size_t>(rank())].sizes() == input.sizes(), plan.name,
@@ -310,8 +324,8 @@ std::shared_ptr<Work> ProcessGroup::barrier(bool async_op) {
 std::shared_ptr<Work> all_gather_into_tensor_uneven(Tensor& output, const Tensor& input,
                                                     const std::vector<int64_t>& output_split_sizes,
                                                     const ProcessGroupPtr& group, bool async_op) {
-  return collectives::group_ref(group).all_gather_into_tensor_uneven(
-      output, input, output_split_sizes, async_op);
+  return collectives::group_ref(group).all_gather_into_tensor_uneven(output, input,
+                                                                     output_split_sizes, async_op);
 }
 
 std::shared_ptr<Work> reduce_scatter_tensor_uneven(Tensor& output, const Tensor& input,

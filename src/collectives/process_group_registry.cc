@@ -32,7 +32,8 @@ Registry& registry() {
   return *instance;
 }
 
-std::string make_comm_name(const collectives::JobInfo& job, int generation, const std::string& key) {
+std::string make_comm_name(const collectives::JobInfo& job, int generation,
+                           const std::string& key) {
   return detail::concat("shmccl:", job.ns, ":", generation, ":", key, ":", job.rank);
 }
 
@@ -48,7 +49,8 @@ void init_process_group(const InitOptions& options) {
   log::set_rank(job.rank);
   auto rendezvous = std::make_unique<collectives::Rendezvous>(job);
   std::vector<int> everyone(static_cast<size_t>(job.world_size));
-  for (int r = 0; r < job.world_size; ++r) everyone[static_cast<size_t>(r)] = r;
+  for (int r = 0; r < job.world_size; ++r)
+    everyone[static_cast<size_t>(r)] = r;
   std::unique_ptr<transport::GroupTransport> transport;
   try {
     transport = rendezvous->connect_group("world", everyone, job.timeout);
@@ -60,14 +62,13 @@ void init_process_group(const InitOptions& options) {
   ++state.generation;
   state.subgroups = 0;
   auto group = std::make_shared<ProcessGroup>(std::make_unique<detail::GroupState>(
-      std::move(transport), everyone, make_comm_name(job, state.generation, "world"),
-      job.timeout));
+      std::move(transport), everyone, make_comm_name(job, state.generation, "world"), job.timeout));
   state.rendezvous = std::move(rendezvous);
   state.default_group = group;
   g_default_group.store(group.get(), std::memory_order_release);
   state.groups.push_back(group);
-  SHMCCL_INFO(kColl, "initialized: rank ", job.rank, " of ", job.world_size, ", job '",
-              job.job_id, "', namespace ", job.ns);
+  SHMCCL_INFO(kColl, "initialized: rank ", job.rank, " of ", job.world_size, ", job '", job.job_id,
+              "', namespace ", job.ns);
 }
 
 bool is_initialized() {
@@ -91,9 +92,13 @@ void destroy_process_group() {
   groups.clear();
 }
 
-ProcessGroupPtr default_group() { return collectives::require_default_group(); }
+ProcessGroupPtr default_group() {
+  return collectives::require_default_group();
+}
 
-int get_rank(const ProcessGroupPtr& group) { return collectives::resolve_group(group)->rank(); }
+int get_rank(const ProcessGroupPtr& group) {
+  return collectives::resolve_group(group)->rank();
+}
 
 int get_world_size(const ProcessGroupPtr& group) {
   return collectives::resolve_group(group)->size();
@@ -102,16 +107,15 @@ int get_world_size(const ProcessGroupPtr& group) {
 ProcessGroupPtr new_group(const std::vector<int>& ranks, std::chrono::milliseconds timeout) {
   Registry& state = registry();
   std::lock_guard<std::mutex> lock(state.mutex);
-  SHMCCL_CHECK_ARG(state.default_group != nullptr,
-                   "new_group: call init_process_group() first");
+  SHMCCL_CHECK_ARG(state.default_group != nullptr, "new_group: call init_process_group() first");
   const int world_size = state.default_group->size();
   std::vector<int> members = ranks;
   std::sort(members.begin(), members.end());
   SHMCCL_CHECK_ARG(!members.empty(), "new_group: the list of ranks is empty");
   SHMCCL_CHECK_ARG(std::adjacent_find(members.begin(), members.end()) == members.end(),
                    "new_group: duplicate ranks in ", ranks);
-  SHMCCL_CHECK_ARG(members.front() >= 0 && members.back() < world_size, "new_group: ranks ",
-                   ranks, " are out of range for world size ", world_size);
+  SHMCCL_CHECK_ARG(members.front() >= 0 && members.back() < world_size, "new_group: ranks ", ranks,
+                   " are out of range for world size ", world_size);
   const std::string key = "sub" + std::to_string(++state.subgroups);
   const collectives::JobInfo& job = state.rendezvous->job();
   if (std::find(members.begin(), members.end(), job.rank) == members.end()) return nullptr;
@@ -151,7 +155,8 @@ ProcessGroupPtr resolve_group(const ProcessGroupPtr& group) {
 ProcessGroup& group_ref(const ProcessGroupPtr& group) {
   if (group) return *group;
   ProcessGroup* fallback = g_default_group.load(std::memory_order_acquire);
-  if (fallback != nullptr) [[likely]] return *fallback;
+  if (fallback != nullptr) [[likely]]
+    return *fallback;
   return *require_default_group();  // throws the "not initialized" error
 }
 

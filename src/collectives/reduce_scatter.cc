@@ -16,20 +16,24 @@ uint64_t rank_bytes(const OpPlan& plan, int rank) {
   return static_cast<uint64_t>(plan.splits[static_cast<size_t>(rank)] * plan.row_bytes());
 }
 
-uint64_t inline_bytes(const OpPlan& plan, int /*size*/) { return plan.input().nbytes(); }
+uint64_t inline_bytes(const OpPlan& plan, int /*size*/) {
+  return plan.input().nbytes();
+}
 
 void stage_inline(const OpPlan& plan, int /*rank*/, unsigned char* payload) {
-  if (plan.input().nbytes() > 0) std::memcpy(payload, plan.input().data_ptr(), plan.input().nbytes());
+  if (plan.input().nbytes() > 0)
+    std::memcpy(payload, plan.input().data_ptr(), plan.input().nbytes());
 }
 
 void finish_inline(const ExecContext& context) {
   const OpPlan& plan = context.plan;
-  const size_t count = static_cast<size_t>(plan.splits[static_cast<size_t>(context.rank)] *
-                                           plan.row_elements);
+  const size_t count =
+      static_cast<size_t>(plan.splits[static_cast<size_t>(context.rank)] * plan.row_elements);
   if (count == 0) return;
   const int64_t offset = plan.rows_before(context.rank) * plan.row_bytes();
   const void* sources[transport::kMaxRanks];
-  for (int j = 0; j < context.size; ++j) sources[j] = context.payloads[j] + offset;
+  for (int j = 0; j < context.size; ++j)
+    sources[j] = context.payloads[j] + offset;
   kernels::reduce(plan.reduce_op, plan.dtype, plan.output().data_ptr(), sources, context.size,
                   count);
 }
@@ -55,7 +59,8 @@ void run_chunk(const ExecContext& context, uint64_t chunk) {
   const uint64_t input_offset =
       static_cast<uint64_t>(plan.rows_before(destination) * plan.row_bytes()) + offset;
   const void* sources[transport::kMaxRanks];
-  for (int j = 0; j < context.size; ++j) sources[j] = context.inputs[j] + input_offset;
+  for (int j = 0; j < context.size; ++j)
+    sources[j] = context.inputs[j] + input_offset;
   kernels::reduce(plan.reduce_op, plan.dtype, context.outputs[destination] + offset, sources,
                   context.size, length / element_size(plan.dtype));
 }

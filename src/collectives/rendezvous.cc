@@ -28,8 +28,8 @@ int env_int(const char* name) {
   if (value == nullptr) return -1;
   char* end = nullptr;
   const long parsed = std::strtol(value, &end, 10);
-  SHMCCL_CHECK_ARG(*end == '\0' && parsed >= 0 && parsed < (1 << 20), "environment variable ",
-                   name, "=", value, " is not a valid non-negative integer");
+  SHMCCL_CHECK_ARG(*end == '\0' && parsed >= 0 && parsed < (1 << 20), "environment variable ", name,
+                   "=", value, " is not a valid non-negative integer");
   return static_cast<int>(parsed);
 }
 
@@ -54,10 +54,12 @@ JobInfo resolve_job(const InitOptions& options) {
   job.world_size = options.world_size >= 0
                        ? options.world_size
                        : first_env_int({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"});
-  SHMCCL_CHECK_ARG(job.rank >= 0, "init_process_group: no rank: pass InitOptions::rank or set "
-                                  "RANK (shmrun and torchrun do)");
-  SHMCCL_CHECK_ARG(job.world_size >= 1, "init_process_group: no world size: pass "
-                                        "InitOptions::world_size or set WORLD_SIZE");
+  SHMCCL_CHECK_ARG(job.rank >= 0,
+                   "init_process_group: no rank: pass InitOptions::rank or set "
+                   "RANK (shmrun and torchrun do)");
+  SHMCCL_CHECK_ARG(job.world_size >= 1,
+                   "init_process_group: no world size: pass "
+                   "InitOptions::world_size or set WORLD_SIZE");
   SHMCCL_CHECK_ARG(job.world_size <= transport::kMaxRanks, "init_process_group: world size ",
                    job.world_size, " exceeds the maximum of ", transport::kMaxRanks,
                    " ranks on one host");
@@ -132,8 +134,9 @@ std::unique_ptr<transport::GroupTransport> Rendezvous::connect_group(
   const std::string name_key = prefix_ + key + "/control";
   std::unique_ptr<transport::GroupTransport> transport;
   if (group_rank == 0) {
-    const std::string name = transport::segment_name(
-        job_.ns, prefix_.substr(0, prefix_.size() - 1) + "." + key + "." + transport::random_token());
+    const std::string name =
+        transport::segment_name(job_.ns, prefix_.substr(0, prefix_.size() - 1) + "." + key + "." +
+                                             transport::random_token());
     transport = transport::GroupTransport::create(name, group_rank, group_size);
     store_->set(name_key, name);
   } else {
@@ -142,9 +145,9 @@ std::unique_ptr<transport::GroupTransport> Rendezvous::connect_group(
       store_->wait({name_key}, timeout);
       name = store_->get(name_key);
     } catch (const TimeoutError&) {
-      throw TimeoutError(detail::concat("init: rank ", global_ranks[0],
-                                        " (the first rank of group ", key, ") did not arrive within ",
-                                        timeout.count(), " ms; job '", job_.job_id, "'"));
+      throw TimeoutError(detail::concat(
+          "init: rank ", global_ranks[0], " (the first rank of group ", key,
+          ") did not arrive within ", timeout.count(), " ms; job '", job_.job_id, "'"));
     }
     transport = transport::GroupTransport::open(name, group_rank, group_size);
   }

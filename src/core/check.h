@@ -22,7 +22,8 @@ void append_to_stream(std::ostringstream& out, const T& value) {
 template <typename T>
 void append_to_stream(std::ostringstream& out, const std::vector<T>& values) {
   out << '[';
-  for (size_t i = 0; i < values.size(); ++i) out << (i ? ", " : "") << values[i];
+  for (size_t i = 0; i < values.size(); ++i)
+    out << (i ? ", " : "") << values[i];
   out << ']';
 }
 
@@ -40,27 +41,27 @@ std::string concat(const Args&... args) {
 }  // namespace shmccl::detail
 
 // Throws shmccl::InvalidArgument with the concatenated message when `condition` is false.
-#define SHMCCL_CHECK_ARG(condition, ...)                                    \
-  do {                                                                     \
-    if (!(condition)) [[unlikely]] {                                       \
+#define SHMCCL_CHECK_ARG(condition, ...)                                      \
+  do {                                                                        \
+    if (!(condition)) [[unlikely]] {                                          \
       throw ::shmccl::InvalidArgument(::shmccl::detail::concat(__VA_ARGS__)); \
-    }                                                                      \
+    }                                                                         \
   } while (0)
 
 // Throws shmccl::Error when an internal invariant does not hold.
-#define SHMCCL_CHECK(condition, ...)                                                  \
-  do {                                                                               \
-    if (!(condition)) [[unlikely]] {                                                 \
+#define SHMCCL_CHECK(condition, ...)                                                    \
+  do {                                                                                  \
+    if (!(condition)) [[unlikely]] {                                                    \
       throw ::shmccl::Error(::shmccl::detail::concat("internal error: ", __VA_ARGS__)); \
-    }                                                                                \
+    }                                                                                   \
   } while (0)
 
 // Evaluates a syscall-like expression; when it returns -1, throws SystemError with errno.
 #define SHMCCL_SYSCALL(expression, ...)                                                   \
-  ([&]() {                                                                               \
-    auto syscall_result = (expression);                                                  \
-    if (syscall_result == -1) [[unlikely]] {                                             \
+  ([&]() {                                                                                \
+    auto syscall_result = (expression);                                                   \
+    if (syscall_result == -1) [[unlikely]] {                                              \
       ::shmccl::detail::throw_system_error(::shmccl::detail::concat(__VA_ARGS__), errno); \
-    }                                                                                    \
-    return syscall_result;                                                               \
+    }                                                                                     \
+    return syscall_result;                                                                \
   }())

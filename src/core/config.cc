@@ -39,6 +39,12 @@ constexpr std::array kSettings = {
     Setting{"SHMCCL_STREAMING_BYTES", Kind::kBytes, "32M",
             "collectives writing at least this many bytes (all ranks together) copy with "
             "non-temporal stores, which skip the cache the data would only flush"},
+    Setting{"SHMCCL_SPIN_TIME", Kind::kSeconds, "1ms",
+            "how long a rank spins before it sleeps while waiting for its peers, when every "
+            "rank has a core (more ranks than cores: a few checks, then sleep)"},
+    Setting{"SHMCCL_YIELD_TIME", Kind::kSeconds, "200us",
+            "when ranks outnumber cores: how long a waiting rank yields its core to the others "
+            "before it sleeps"},
     Setting{"SHMCCL_JOB_ID", Kind::kString, "", "job id shared by the ranks of one job"},
     Setting{"SHMCCL_NAMESPACE", Kind::kString, "",
             "prefix of the job's shared-memory segment names (set by shmrun)"},
@@ -62,15 +68,18 @@ const Setting* find_setting(const char* name) {
 }
 
 std::string trim(std::string text) {
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back())))
+    text.pop_back();
   size_t start = 0;
-  while (start < text.size() && std::isspace(static_cast<unsigned char>(text[start]))) ++start;
+  while (start < text.size() && std::isspace(static_cast<unsigned char>(text[start])))
+    ++start;
   return text.substr(start);
 }
 
 bool parse_bool(const std::string& text, bool* out) {
   std::string lower;
-  for (char c : text) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (char c : text)
+    lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (lower == "1" || lower == "true" || lower == "yes" || lower == "on") {
     *out = true;
     return true;
@@ -124,7 +133,9 @@ const Setting& require_setting(const char* name) {
 
 }  // namespace
 
-std::span<const Setting> all_settings() noexcept { return kSettings; }
+std::span<const Setting> all_settings() noexcept {
+  return kSettings;
+}
 
 const char* kind_name(Kind kind) noexcept {
   switch (kind) {

@@ -15,7 +15,7 @@ namespace shmccl::config {
 enum class Kind { kBool, kInt, kBytes, kSeconds, kString };
 
 struct Setting {
-  const char* name;           // "SHMCCL_TIMEOUT"
+  const char* name;  // "SHMCCL_TIMEOUT"
   Kind kind;
   const char* default_value;  // as text, in the variable's own syntax
   const char* help;

@@ -22,7 +22,8 @@ std::atomic<int> g_rank{-1};
 Level parse_level(const char* text) {
   if (text == nullptr) return Level::kWarn;
   std::string upper;
-  for (const char* c = text; *c; ++c) upper += static_cast<char>(std::toupper(*c));
+  for (const char* c = text; *c; ++c)
+    upper += static_cast<char>(std::toupper(*c));
   if (upper == "NONE" || upper == "OFF") return Level::kNone;
   if (upper == "INFO") return Level::kInfo;
   if (upper == "TRACE" || upper == "ALL") return Level::kTrace;
@@ -135,8 +136,12 @@ void write(Level level, Subsys subsys, const std::string& message) noexcept {
   }
 }
 
-void set_rank(int rank) noexcept { g_rank.store(rank, std::memory_order_relaxed); }
+void set_rank(int rank) noexcept {
+  g_rank.store(rank, std::memory_order_relaxed);
+}
 
-void reload() noexcept { parse_environment(); }
+void reload() noexcept {
+  parse_environment();
+}
 
 }  // namespace shmccl::log

@@ -36,13 +36,16 @@ void reload() noexcept;
 
 }  // namespace shmccl::log
 
-#define SHMCCL_LOG(level, subsys, ...)                                                 \
-  do {                                                                                 \
-    if (::shmccl::log::enabled(level, subsys)) [[unlikely]] {                          \
-      ::shmccl::log::write(level, subsys, ::shmccl::detail::concat(__VA_ARGS__));      \
-    }                                                                                  \
+#define SHMCCL_LOG(level, subsys, ...)                                            \
+  do {                                                                            \
+    if (::shmccl::log::enabled(level, subsys)) [[unlikely]] {                     \
+      ::shmccl::log::write(level, subsys, ::shmccl::detail::concat(__VA_ARGS__)); \
+    }                                                                             \
   } while (0)
 
-#define SHMCCL_WARN(subsys, ...) SHMCCL_LOG(::shmccl::log::Level::kWarn, ::shmccl::log::subsys, __VA_ARGS__)
-#define SHMCCL_INFO(subsys, ...) SHMCCL_LOG(::shmccl::log::Level::kInfo, ::shmccl::log::subsys, __VA_ARGS__)
-#define SHMCCL_TRACE(subsys, ...) SHMCCL_LOG(::shmccl::log::Level::kTrace, ::shmccl::log::subsys, __VA_ARGS__)
+#define SHMCCL_WARN(subsys, ...) \
+  SHMCCL_LOG(::shmccl::log::Level::kWarn, ::shmccl::log::subsys, __VA_ARGS__)
+#define SHMCCL_INFO(subsys, ...) \
+  SHMCCL_LOG(::shmccl::log::Level::kInfo, ::shmccl::log::subsys, __VA_ARGS__)
+#define SHMCCL_TRACE(subsys, ...) \
+  SHMCCL_LOG(::shmccl::log::Level::kTrace, ::shmccl::log::subsys, __VA_ARGS__)

@@ -42,7 +42,9 @@ int64_t Tensor::size(int64_t dim) const {
   return sizes_[static_cast<size_t>(wrapped)];
 }
 
-Device Tensor::device() const { return storage_ ? storage_->device() : Device::cpu(); }
+Device Tensor::device() const {
+  return storage_ ? storage_->device() : Device::cpu();
+}
 
 void* Tensor::data_ptr() const {
   if (!storage_ || storage_->data() == nullptr) return nullptr;

@@ -3,6 +3,8 @@
 
 namespace shmccl {
 
-const char* version() noexcept { return "0.1.0"; }
+const char* version() noexcept {
+  return "0.1.0";
+}
 
 }  // namespace shmccl

@@ -108,9 +108,13 @@ std::shared_ptr<npu::detail::StreamImpl> new_stream(int device) {
   return stream;
 }
 
-Arena& arena(int device) { return *device_state(resolve_device(device)).arena; }
+Arena& arena(int device) {
+  return *device_state(resolve_device(device)).arena;
+}
 
-CachingAllocator& allocator(int device) { return *device_state(resolve_device(device)).allocator; }
+CachingAllocator& allocator(int device) {
+  return *device_state(resolve_device(device)).allocator;
+}
 
 int device_of_pointer(const void* pointer) {
   ProcessState& state = process_state();
@@ -147,7 +151,9 @@ void set_device(int device) {
   device::t_current_device = device::resolve_device(device);
 }
 
-int current_device() { return device::t_current_device; }
+int current_device() {
+  return device::t_current_device;
+}
 
 Stream default_stream(int device) {
   return Stream(device::device_state(device::resolve_device(device)).default_stream);
@@ -184,7 +190,9 @@ StreamGuard::StreamGuard(const Stream& stream) : previous_(current_stream(stream
   set_stream(stream);
 }
 
-StreamGuard::~StreamGuard() { device::thread_stream_slot(previous_.device()) = previous_.impl(); }
+StreamGuard::~StreamGuard() {
+  device::thread_stream_slot(previous_.device()) = previous_.impl();
+}
 
 void synchronize(int device) {
   const int resolved = device::resolve_device(device);
@@ -196,15 +204,28 @@ void synchronize(int device) {
       if (auto stream = weak.lock()) streams.push_back(std::move(stream));
     }
   }
-  for (const auto& stream : streams) stream->synchronize();
+  for (const auto& stream : streams)
+    stream->synchronize();
 }
 
-MemoryStats memory_stats(int device) { return device::allocator(device).stats(); }
-uint64_t memory_allocated(int device) { return memory_stats(device).allocated_bytes; }
-uint64_t memory_reserved(int device) { return memory_stats(device).reserved_bytes; }
-uint64_t max_memory_allocated(int device) { return memory_stats(device).max_allocated_bytes; }
-uint64_t max_memory_reserved(int device) { return memory_stats(device).max_reserved_bytes; }
-void reset_peak_memory_stats(int device) { device::allocator(device).reset_peak_stats(); }
+MemoryStats memory_stats(int device) {
+  return device::allocator(device).stats();
+}
+uint64_t memory_allocated(int device) {
+  return memory_stats(device).allocated_bytes;
+}
+uint64_t memory_reserved(int device) {
+  return memory_stats(device).reserved_bytes;
+}
+uint64_t max_memory_allocated(int device) {
+  return memory_stats(device).max_allocated_bytes;
+}
+uint64_t max_memory_reserved(int device) {
+  return memory_stats(device).max_reserved_bytes;
+}
+void reset_peak_memory_stats(int device) {
+  device::allocator(device).reset_peak_stats();
+}
 
 void empty_cache() {
   device::ProcessState& state = device::process_state();

@@ -59,7 +59,8 @@ struct Printer {
     }
     const int64_t count = sizes[dim];
     int64_t stride = 1;
-    for (size_t d = dim + 1; d < sizes.size(); ++d) stride *= sizes[d];
+    for (size_t d = dim + 1; d < sizes.size(); ++d)
+      stride *= sizes[d];
     out << '[';
     for (int64_t i = 0; i < count; ++i) {
       if (summarize && count > 2 * kEdgeItems && i == kEdgeItems) {
@@ -91,8 +92,10 @@ std::string Tensor::str() const {
   if (!defined()) return "[ undefined Tensor ]";
   const std::vector<double> values = host_doubles(*this);
   bool integral = true;
-  for (double value : values) integral = integral && std::isfinite(value) && std::trunc(value) == value;
-  Printer printer{values, sizes_, dtype_, numel_ > kSummarizeAbove, integral && !values.empty(), {}};
+  for (double value : values)
+    integral = integral && std::isfinite(value) && std::trunc(value) == value;
+  Printer printer{values, sizes_, dtype_, numel_ > kSummarizeAbove, integral && !values.empty(),
+                  {}};
   printer.out << "tensor(";
   printer.print(0, 0, 7);
   if (is_npu()) printer.out << ", device='" << device() << "'";
@@ -102,13 +105,16 @@ std::string Tensor::str() const {
   return printer.out.str();
 }
 
-std::ostream& operator<<(std::ostream& out, const Tensor& tensor) { return out << tensor.str(); }
+std::ostream& operator<<(std::ostream& out, const Tensor& tensor) {
+  return out << tensor.str();
+}
 
 void Tensor::tofile(const std::string& path) const {
   SHMCCL_CHECK_ARG(defined(), "tofile() of an undefined tensor");
   Tensor host = cpu();
-  const int fd = SHMCCL_SYSCALL(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644),
-                                "open ", path, " for writing");
+  const int fd =
+      SHMCCL_SYSCALL(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644), "open ",
+                     path, " for writing");
   const char* data = static_cast<const char*>(host.data_ptr());
   size_t remaining = host.nbytes();
   while (remaining > 0) {

@@ -17,7 +17,9 @@ namespace shmccl {
 namespace device {
 namespace {
 
-void free_host(void* data, void* /*context*/) { std::free(data); }
+void free_host(void* data, void* /*context*/) {
+  std::free(data);
+}
 
 void free_device(void* data, void* context) {
   static_cast<CachingAllocator*>(context)->free(data);
@@ -31,8 +33,8 @@ std::shared_ptr<detail::Storage> allocate_storage(size_t nbytes, Device device) 
     const size_t rounded = (std::max<size_t>(nbytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
     void* data = std::aligned_alloc(kAlignment, rounded);
     if (data == nullptr) {
-      throw OutOfMemoryError(detail::concat("host out of memory: tried to allocate ", nbytes,
-                                            " bytes"));
+      throw OutOfMemoryError(
+          detail::concat("host out of memory: tried to allocate ", nbytes, " bytes"));
     }
     return std::make_shared<detail::Storage>(data, nbytes, Device::cpu(), &free_host, nullptr);
   }
@@ -122,8 +124,7 @@ Tensor empty(const IntArrayRef& shape, ScalarType dtype, Device device) {
     SHMCCL_CHECK_ARG(size >= 0, "tensor sizes must be non-negative, got ", shape);
     numel *= size;
   }
-  auto storage =
-      device::allocate_storage(static_cast<size_t>(numel) * element_size(dtype), device);
+  auto storage = device::allocate_storage(static_cast<size_t>(numel) * element_size(dtype), device);
   return Tensor(std::move(storage), 0, shape, dtype);
 }
 
@@ -144,7 +145,8 @@ Tensor ones(const IntArrayRef& shape, ScalarType dtype, Device device) {
 Tensor arange(int64_t n, ScalarType dtype, Device device) {
   SHMCCL_CHECK_ARG(n >= 0, "arange(n) needs n >= 0, got ", n);
   std::vector<int64_t> values(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) values[static_cast<size_t>(i)] = i;
+  for (int64_t i = 0; i < n; ++i)
+    values[static_cast<size_t>(i)] = i;
   Tensor host = empty({n}, dtype);
   kernels::cast(host.data_ptr(), dtype, values.data(), kInt64, values.size());
   return host.to(device);
@@ -154,17 +156,20 @@ Tensor rand(const IntArrayRef& shape, uint64_t seed, ScalarType dtype, double lo
             Device device) {
   SHMCCL_CHECK_ARG(low <= high, "rand() needs low <= high, got ", low, " > ", high);
   int64_t numel = 1;
-  for (int64_t size : shape) numel *= size;
+  for (int64_t size : shape)
+    numel *= size;
   SplitMix64 generator{seed};
   std::vector<double> values(static_cast<size_t>(std::max<int64_t>(numel, 0)));
-  for (double& value : values) value = low + (high - low) * generator.uniform();
+  for (double& value : values)
+    value = low + (high - low) * generator.uniform();
   return from_doubles(values, shape, dtype, device);
 }
 
 Tensor randn(const IntArrayRef& shape, uint64_t seed, ScalarType dtype, double mean, double stddev,
              Device device) {
   int64_t numel = 1;
-  for (int64_t size : shape) numel *= size;
+  for (int64_t size : shape)
+    numel *= size;
   SplitMix64 generator{seed};
   std::vector<double> values(static_cast<size_t>(std::max<int64_t>(numel, 0)));
   for (size_t i = 0; i < values.size(); i += 2) {
@@ -190,7 +195,7 @@ Tensor from_vector(const std::vector<bool>& values, const IntArrayRef& shape) {
                         kBool);
 }
 
-Tensor& Tensor::copy_(const Tensor& source) {
+Tensor& Tensor::copy_(const Tensor& source, bool non_blocking) {
   SHMCCL_CHECK_ARG(defined() && source.defined(), "copy_() of an undefined tensor");
   SHMCCL_CHECK_ARG(numel() == source.numel(), "copy_() needs the same number of elements, got ",
                    numel(), " (shape ", sizes(), ") and ", source.numel(), " (shape ",
@@ -203,16 +208,26 @@ Tensor& Tensor::copy_(const Tensor& source) {
     if (destination.dtype() == source.dtype()) {
       kernels::copy(destination.data_ptr(), source.data_ptr(), destination.nbytes());
     } else {
-      kernels::cast(destination.data_ptr(), destination.dtype(), source.data_ptr(),
-                    source.dtype(), static_cast<size_t>(destination.numel()));
+      kernels::cast(destination.data_ptr(), destination.dtype(), source.data_ptr(), source.dtype(),
+                    static_cast<size_t>(destination.numel()));
     }
   };
   if (to.is_cpu() && from.is_cpu()) {
     work();
   } else if (to.is_cpu()) {
-    device::run_ordered(from, work);  // device -> host: synchronous, like torch's .cpu()
+    // device -> host: synchronous, like torch's .cpu(), unless non_blocking.
+    if (non_blocking) {
+      device::launch(from, work);
+    } else {
+      device::run_ordered(from, work);
+    }
   } else if (from.is_cpu()) {
-    device::run_ordered(to, work);  // host -> device: synchronous for pageable host memory
+    // host -> device: synchronous for pageable host memory, unless non_blocking.
+    if (non_blocking) {
+      device::launch(to, work);
+    } else {
+      device::run_ordered(to, work);
+    }
   } else {
     if (from.index != to.index) {
       // Peer copy: the destination's stream must first reach the point where the source is ready.
@@ -260,9 +275,13 @@ Tensor& Tensor::mul_(const Tensor& other) {
   return *this;
 }
 
-Tensor Tensor::to(ScalarType dtype) const { return to(device(), dtype); }
+Tensor Tensor::to(ScalarType dtype) const {
+  return to(device(), dtype);
+}
 
-Tensor Tensor::to(const Device& device) const { return to(device, dtype()); }
+Tensor Tensor::to(const Device& device) const {
+  return to(device, dtype());
+}
 
 Tensor Tensor::to(const Device& target, ScalarType dtype) const {
   SHMCCL_CHECK_ARG(defined(), "to() of an undefined tensor");
@@ -273,11 +292,17 @@ Tensor Tensor::to(const Device& target, ScalarType dtype) const {
   return out;
 }
 
-Tensor Tensor::npu() const { return to(Device::npu(npu::current_device())); }
+Tensor Tensor::npu() const {
+  return to(Device::npu(npu::current_device()));
+}
 
-Tensor Tensor::npu(int device) const { return to(Device::npu(device)); }
+Tensor Tensor::npu(int device) const {
+  return to(Device::npu(device));
+}
 
-Tensor Tensor::cpu() const { return to(Device::cpu()); }
+Tensor Tensor::cpu() const {
+  return to(Device::cpu());
+}
 
 Tensor Tensor::clone() const {
   SHMCCL_CHECK_ARG(defined(), "clone() of an undefined tensor");

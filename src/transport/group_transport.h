@@ -80,6 +80,28 @@ class GroupTransport {
   void sleep_until(bool (*ready)(void*), void* context, Clock::time_point deadline,
                    std::string (*describe)(void*), void* describe_context);
   static void cpu_relax() { __builtin_ia32_pause(); }
+  // Spins until `ready()` or the spin budget is spent; true when ready. Spinning is for ranks
+  // that have a core each: a sleeping rank costs a wake-up of several microseconds (tens in a
+  // VM whose idle vCPU halts), so it spins for SHMCCL_SPIN_TIME (default 1 ms) first. Ranks that
+  // outnumber cores only check briefly, then yield and sleep: spinning steals the peer's slice.
+  template <typename Ready>
+  bool spin(Ready& ready) {
+    const int first_checks = oversubscribed_ ? 64 : 256;
+    for (int i = 0; i < first_checks; ++i) {
+      if (ready()) [[likely]]
+        return true;
+      cpu_relax();
+    }
+    if (spin_budget_.count() == 0) return false;
+    const auto start = Clock::now();
+    while (true) {
+      for (int i = 0; i < 256; ++i) {
+        if (ready()) return true;
+        cpu_relax();
+      }
+      if (Clock::now() - start > spin_budget_ || !healthy()) return false;
+    }
+  }
 
   ShmSegment segment_;
   ControlHeader* header_;
@@ -89,6 +111,8 @@ class GroupTransport {
   std::vector<pid_t> peer_pids_;
   std::vector<PeerMonitor::WatchId> watches_;
   bool oversubscribed_ = false;
+  std::chrono::nanoseconds spin_budget_{0};
+  std::chrono::nanoseconds yield_budget_{0};
 
   std::atomic<bool> peer_dead_{false};
   mutable std::mutex failure_mutex_;
@@ -99,12 +123,8 @@ template <typename Ready, typename Describe>
 void GroupTransport::wait_until(Ready&& ready, Clock::time_point deadline, Describe&& describe) {
   // Spin while a core is likely free for the peer; when ranks outnumber cores, spinning only
   // steals the time slice the peer needs, so give up early and sleep.
-  const int spin_rounds = oversubscribed_ ? 64 : 20000;
-  for (int i = 0; i < spin_rounds; ++i) {
-    if (ready()) [[likely]]
-      return;
-    cpu_relax();
-  }
+  if (spin(ready)) [[likely]]
+    return;
   using ReadyType = std::remove_reference_t<Ready>;
   using DescribeType = std::remove_reference_t<Describe>;
   sleep_until([](void* context) -> bool { return (*static_cast<ReadyType*>(context))(); }, &ready,
@@ -116,11 +136,8 @@ void GroupTransport::wait_until(Ready&& ready, Clock::time_point deadline, Descr
 template <typename Ready, typename Describe>
 void GroupTransport::wait_until(Ready&& ready, std::chrono::milliseconds timeout,
                                 Describe&& describe) {
-  const int spin_rounds = oversubscribed_ ? 64 : 20000;
-  for (int i = 0; i < spin_rounds; ++i) {
-    if (ready()) [[likely]] return;
-    cpu_relax();
-  }
+  if (spin(ready)) [[likely]]
+    return;
   using ReadyType = std::remove_reference_t<Ready>;
   using DescribeType = std::remove_reference_t<Describe>;
   sleep_until([](void* context) -> bool { return (*static_cast<ReadyType*>(context))(); }, &ready,

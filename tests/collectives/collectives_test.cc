@@ -20,8 +20,8 @@ using testing::require;
 using testing::require_close;
 using testing::str;
 
-constexpr ScalarType kAllTypes[] = {kBool,    kInt8,     kUInt8,   kInt16,   kInt32,
-                                    kInt64,   kFloat16,  kBFloat16, kFloat32, kFloat64};
+constexpr ScalarType kAllTypes[] = {kBool,  kInt8,    kUInt8,    kInt16,   kInt32,
+                                    kInt64, kFloat16, kBFloat16, kFloat32, kFloat64};
 constexpr ReduceOp kAllOps[] = {ReduceOp::SUM, ReduceOp::PRODUCT, ReduceOp::MIN, ReduceOp::MAX,
                                 ReduceOp::AVG};
 
@@ -36,7 +36,8 @@ std::vector<int64_t> random_splits(int world, uint64_t seed, int64_t max_rows) {
 
 int64_t sum(const std::vector<int64_t>& values) {
   int64_t total = 0;
-  for (int64_t v : values) total += v;
+  for (int64_t v : values)
+    total += v;
   return total;
 }
 
@@ -48,7 +49,9 @@ void use_small_chunks() {
   config::reload();
 }
 
-Device place(bool on_npu) { return on_npu ? Device::npu(npu::current_device()) : Device::cpu(); }
+Device place(bool on_npu) {
+  return on_npu ? Device::npu(npu::current_device()) : Device::cpu();
+}
 
 class CollectivesTest : public ::testing::TestWithParam<int> {};
 
@@ -76,8 +79,9 @@ TEST_P(CollectivesTest, AllGatherUneven) {
           int64_t row = 0;
           for (int r = 0; r < ctx.world; ++r) {
             Tensor expected = make_input(ReduceOp::SUM, dtype, r, {splits[r], cols}, salt);
-            require_close(output.narrow(0, row, splits[r]), expected,
-                          str("all_gather uneven dtype ", dtype, " mode ", mode, " rows of rank ", r));
+            require_close(
+                output.narrow(0, row, splits[r]), expected,
+                str("all_gather uneven dtype ", dtype, " mode ", mode, " rows of rank ", r));
             row += splits[r];
           }
         }
@@ -110,7 +114,8 @@ TEST_P(CollectivesTest, ReduceScatterUnevenEveryOpAndDtype) {
           work->wait();
           // Expected: element-wise reduction of every rank's rows for this rank.
           int64_t first_row = 0;
-          for (int r = 0; r < ctx.rank; ++r) first_row += splits[r];
+          for (int r = 0; r < ctx.rank; ++r)
+            first_row += splits[r];
           std::vector<double> expected(static_cast<size_t>(splits[ctx.rank] * cols));
           for (size_t e = 0; e < expected.size(); ++e) {
             std::vector<double> values;
@@ -154,14 +159,15 @@ TEST_P(CollectivesTest, AllReduceBroadcastBarrier) {
                         str("all_reduce dtype ", dtype, " op ", op, " numel ", numel));
         }
         const int root = salt % ctx.world;
-        Tensor data = make_input(ReduceOp::SUM, dtype, ctx.rank, {numel}, salt)
-                          .to(place(salt % 2 == 0));
+        Tensor data =
+            make_input(ReduceOp::SUM, dtype, ctx.rank, {numel}, salt).to(place(salt % 2 == 0));
         broadcast(data, root);
         require_close(data, make_input(ReduceOp::SUM, dtype, root, {numel}, salt),
                       str("broadcast from ", root));
       }
     }
-    for (int i = 0; i < 20; ++i) barrier();
+    for (int i = 0; i < 20; ++i)
+      barrier();
   });
   EXPECT_TRUE(testing::all_ranks_succeeded(results));
 }
@@ -188,9 +194,11 @@ TEST_P(CollectivesTest, EvenFormsConcatStackAndList) {
       // The list form with per-rank sizes that differ: rank r contributes r + 1 rows.
       Tensor mine = full({ctx.rank + 1, 2}, ctx.rank, kFloat32);
       std::vector<Tensor> outputs;
-      for (int r = 0; r < n; ++r) outputs.push_back(zeros({r + 1, 2}, kFloat32));
+      for (int r = 0; r < n; ++r)
+        outputs.push_back(zeros({r + 1, 2}, kFloat32));
       all_gather(outputs, mine);
-      for (int r = 0; r < n; ++r) require_close(outputs[r], full({r + 1, 2}, r, kFloat32), "list");
+      for (int r = 0; r < n; ++r)
+        require_close(outputs[r], full({r + 1, 2}, r, kFloat32), "list");
 
       Tensor reduce_input = ones({n * rows, 3}, kFloat32).npu();
       Tensor reduce_output = zeros({rows, 3}, kFloat32).npu();
@@ -211,7 +219,8 @@ TEST_P(CollectivesTest, InPlaceForms) {
       for (int64_t max_rows : {3, 9000}) {
         const auto splits = random_splits(ctx.world, max_rows + on_npu, max_rows);
         int64_t first = 0;
-        for (int r = 0; r < ctx.rank; ++r) first += splits[r];
+        for (int r = 0; r < ctx.rank; ++r)
+          first += splits[r];
         // All-gather with the input being this rank's rows of the output.
         Tensor output = zeros({sum(splits)}, kFloat32, place(on_npu));
         Tensor slice = output.narrow(0, first, splits[ctx.rank]);
@@ -248,7 +257,8 @@ TEST_P(CollectivesTest, ManyAsyncInFlightCompleteInOrder) {
     }
     // Completion in order: when the last is done, every earlier one is too.
     works.back()->wait();
-    for (int i = 0; i < kInFlight; ++i) require(works[i]->is_completed(), str("work ", i));
+    for (int i = 0; i < kInFlight; ++i)
+      require(works[i]->is_completed(), str("work ", i));
     for (int i = 0; i < kInFlight; ++i) {
       require(works[i]->is_success(), "success");
       const double expected = ctx.world * i + ctx.world * (ctx.world - 1) / 2.0;
@@ -271,7 +281,8 @@ TEST_P(CollectivesTest, SubGroupsLiveTogether) {
     npu::set_device(ctx.rank % npu::device_count());
     ctx.init();
     std::vector<int> evens, odds;
-    for (int r = 0; r < ctx.world; ++r) (r % 2 ? odds : evens).push_back(r);
+    for (int r = 0; r < ctx.world; ++r)
+      (r % 2 ? odds : evens).push_back(r);
     auto even_group = new_group(evens);
     auto odd_group = new_group(odds);
     auto mine = ctx.rank % 2 ? odd_group : even_group;
@@ -282,7 +293,8 @@ TEST_P(CollectivesTest, SubGroupsLiveTogether) {
       Tensor t = full({10000}, ctx.rank, kInt64).npu();
       all_reduce(t, ReduceOp::SUM, mine);
       int64_t expected = 0;
-      for (int r : (ctx.rank % 2 ? odds : evens)) expected += r;
+      for (int r : (ctx.rank % 2 ? odds : evens))
+        expected += r;
       require_close(t, full({10000}, expected, kInt64), "sub-group all_reduce");
       Tensor w = ones({3}, kInt32).npu();
       all_reduce(w);  // the default group, interleaved

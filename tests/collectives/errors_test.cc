@@ -32,49 +32,73 @@ void require_error(Call&& call, const std::string& text) {
 
 TEST(CollectiveErrorsTest, ArgumentErrorsHaveTheReferenceTextsAndLeaveTheGroupUsable) {
   const std::string job = testing::unique_job_id();
-  auto results = testing::run_ranks(2, [](const testing::RankContext& ctx) {
-    npu::set_device(ctx.rank);
-    ctx.init();
-    Tensor output = zeros({5}, kInt32).npu();
-    Tensor input = zeros({ctx.rank == 0 ? 2 : 3}, kInt32).npu();
-    require_error([&] { all_gather_into_tensor_uneven(output, input, {2, 2}); },
-                  "Split sizes doesn't match total dim 0 size");
-    require_error([&] { all_gather_into_tensor_uneven(output, input, {2, 2, 1}); },
-                  "Number of tensor splits not equal to group size");
-    require_error([&] { all_gather_into_tensor_uneven(output, input); },
-                  "Tensor's dim 0 does not divide equally across group size");
-    Tensor floats = zeros({ctx.rank == 0 ? 2 : 3}, kFloat32).npu();
-    require_error([&] { all_gather_into_tensor_uneven(output, floats, {2, 3}); },
-                  "output tensor must have the same type as input tensor");
-    require_error([&] { all_gather_into_tensor_uneven(output, input, {3, 2}); },
-                  "input has");  // this rank's own chunk disagrees with its split
-    Tensor wide = zeros({5, 2}, kInt32).npu();
-    require_error([&] { all_gather_into_tensor_uneven(wide, input, {2, 3}); },
-                  "must agree in every dimension but dim 0");
-    // Reduce-scatter: the same texts.
-    Tensor rs_input = ones({5}, kInt32).npu();
-    Tensor rs_output = zeros({ctx.rank == 0 ? 2 : 3}, kInt32).npu();
-    require_error([&] { reduce_scatter_tensor_uneven(rs_output, rs_input, {1, 1}); },
-                  "Split sizes doesn't match total dim 0 size");
-    require_error([&] { reduce_scatter_tensor_uneven(rs_output, rs_input, {5}); },
-                  "Number of tensor splits not equal to group size");
-    require_error([&] { reduce_scatter_tensor_uneven(rs_output, rs_input); },
-                  "Tensor's dim 0 does not divide equally across group size");
-    require_error([&] { reduce_scatter_tensor_uneven(rs_output, rs_input, {3, 2}); },
-                  "output has");
-    Tensor undefined;
-    require_error([&] { all_reduce(undefined); }, "undefined");
-    Tensor b = zeros({2}).npu();
-    require_error([&] { broadcast(b, 5); }, "not a member of the group");
-    std::vector<Tensor> too_few{zeros({2}, kInt32)};
-    require_error([&] { all_gather(too_few, input); }, "expected 2 output tensors");
-    require_error([&] { new_group({0, 0}); }, "duplicate ranks");
-    require_error([&] { group_from_comm_name("nope"); }, "unknown communicator name");
+  auto results = testing::run_ranks(
+      2,
+      [](const testing::RankContext& ctx) {
+        npu::set_device(ctx.rank);
+        ctx.init();
+        Tensor output = zeros({5}, kInt32).npu();
+        Tensor input = zeros({ctx.rank == 0 ? 2 : 3}, kInt32).npu();
+        require_error(
+            [&] {
+              all_gather_into_tensor_uneven(output, input, {2, 2});
+            },
+            "Split sizes doesn't match total dim 0 size");
+        require_error(
+            [&] {
+              all_gather_into_tensor_uneven(output, input, {2, 2, 1});
+            },
+            "Number of tensor splits not equal to group size");
+        require_error([&] { all_gather_into_tensor_uneven(output, input); },
+                      "Tensor's dim 0 does not divide equally across group size");
+        Tensor floats = zeros({ctx.rank == 0 ? 2 : 3}, kFloat32).npu();
+        require_error(
+            [&] {
+              all_gather_into_tensor_uneven(output, floats, {2, 3});
+            },
+            "output tensor must have the same type as input tensor");
+        require_error(
+            [&] {
+              all_gather_into_tensor_uneven(output, input, {3, 2});
+            },
+            "input has");  // this rank's own chunk disagrees with its split
+        Tensor wide = zeros({5, 2}, kInt32).npu();
+        require_error(
+            [&] {
+              all_gather_into_tensor_uneven(wide, input, {2, 3});
+            },
+            "must agree in every dimension but dim 0");
+        // Reduce-scatter: the same texts.
+        Tensor rs_input = ones({5}, kInt32).npu();
+        Tensor rs_output = zeros({ctx.rank == 0 ? 2 : 3}, kInt32).npu();
+        require_error(
+            [&] {
+              reduce_scatter_tensor_uneven(rs_output, rs_input, {1, 1});
+            },
+            "Split sizes doesn't match total dim 0 size");
+        require_error([&] { reduce_scatter_tensor_uneven(rs_output, rs_input, {5}); },
+                      "Number of tensor splits not equal to group size");
+        require_error([&] { reduce_scatter_tensor_uneven(rs_output, rs_input); },
+                      "Tensor's dim 0 does not divide equally across group size");
+        require_error(
+            [&] {
+              reduce_scatter_tensor_uneven(rs_output, rs_input, {3, 2});
+            },
+            "output has");
+        Tensor undefined;
+        require_error([&] { all_reduce(undefined); }, "undefined");
+        Tensor b = zeros({2}).npu();
+        require_error([&] { broadcast(b, 5); }, "not a member of the group");
+        std::vector<Tensor> too_few{zeros({2}, kInt32)};
+        require_error([&] { all_gather(too_few, input); }, "expected 2 output tensors");
+        require_error([&] { new_group({0, 0}); }, "duplicate ranks");
+        require_error([&] { group_from_comm_name("nope"); }, "unknown communicator name");
 
-    // None of that consumed a collective: the group still works, as in the reference example.
-    all_gather_into_tensor_uneven(output, input.fill_(ctx.rank + 1), {2, 3});
-    require(output.cpu().to_vector<int32_t>() == std::vector<int32_t>{1, 1, 2, 2, 2}, "works");
-  }, std::chrono::seconds(60), job);
+        // None of that consumed a collective: the group still works, as in the reference example.
+        all_gather_into_tensor_uneven(output, input.fill_(ctx.rank + 1), {2, 3});
+        require(output.cpu().to_vector<int32_t>() == std::vector<int32_t>{1, 1, 2, 2, 2}, "works");
+      },
+      std::chrono::seconds(60), job);
   EXPECT_TRUE(testing::all_ranks_succeeded(results));
   EXPECT_TRUE(testing::no_segments_left(job));
 }
@@ -95,19 +119,22 @@ TEST(CollectiveErrorsTest, NotInitializedAndDoubleInit) {
 TEST(CollectiveErrorsTest, MismatchedCallsFailOnEveryRankWithBothDescriptions) {
   for (int world : {2, 3, 4}) {
     const std::string job = testing::unique_job_id();
-    auto results = testing::run_ranks(world, [](const testing::RankContext& ctx) {
-      npu::set_device(ctx.rank % 8);
-      ctx.init();
-      Tensor t = ones({8}, kFloat32).npu();
-      if (ctx.rank == ctx.world - 1) {
-        Tensor other = ones({8}, kInt32).npu();  // a different dtype on the last rank
-        require_error([&] { all_reduce(other); }, "collective mismatch");
-      } else {
-        require_error([&] { all_reduce(t); }, "collective mismatch");
-      }
-      // The group is now failed for good, with the first failure in the message.
-      require_error([&] { barrier(); }, "failed earlier");
-    }, std::chrono::seconds(60), job);
+    auto results = testing::run_ranks(
+        world,
+        [](const testing::RankContext& ctx) {
+          npu::set_device(ctx.rank % 8);
+          ctx.init();
+          Tensor t = ones({8}, kFloat32).npu();
+          if (ctx.rank == ctx.world - 1) {
+            Tensor other = ones({8}, kInt32).npu();  // a different dtype on the last rank
+            require_error([&] { all_reduce(other); }, "collective mismatch");
+          } else {
+            require_error([&] { all_reduce(t); }, "collective mismatch");
+          }
+          // The group is now failed for good, with the first failure in the message.
+          require_error([&] { barrier(); }, "failed earlier");
+        },
+        std::chrono::seconds(60), job);
     EXPECT_TRUE(testing::all_ranks_succeeded(results)) << world << " ranks";
     EXPECT_TRUE(testing::no_segments_left(job));
   }
@@ -117,8 +144,8 @@ TEST(CollectiveErrorsTest, DifferentSplitSizesAreAMismatchNamingBoth) {
   auto results = testing::run_ranks(2, [](const testing::RankContext& ctx) {
     npu::set_device(ctx.rank);
     ctx.init();
-    const std::vector<int64_t> splits = ctx.rank == 0 ? std::vector<int64_t>{2, 3}
-                                                      : std::vector<int64_t>{1, 4};
+    const std::vector<int64_t> splits =
+        ctx.rank == 0 ? std::vector<int64_t>{2, 3} : std::vector<int64_t>{1, 4};
     Tensor output = zeros({5}, kInt32).npu();
     Tensor input = zeros({splits[ctx.rank]}, kInt32).npu();
     try {
@@ -137,23 +164,27 @@ TEST(CollectiveErrorsTest, DifferentSplitSizesAreAMismatchNamingBoth) {
 TEST(CollectiveErrorsTest, DeadPeerFailsSurvivorsWithinASecond) {
   for (int world : {2, 4, 8}) {
     const std::string job = testing::unique_job_id();
-    auto results = testing::run_ranks(world, [](const testing::RankContext& ctx) {
-      npu::set_device(ctx.rank % 8);
-      ctx.init(/*timeout_ms=*/60000);
-      Tensor t = ones({1 << 16}, kFloat32).npu();
-      all_reduce(t);
-      if (ctx.rank == 1) raise(SIGKILL);  // dies between collectives
-      const auto start = std::chrono::steady_clock::now();
-      try {
-        all_reduce(t);
-      } catch (const RemoteError& error) {
-        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        require(std::string(error.what()).find("rank 1") != std::string::npos, error.what());
-        require(seconds < 1.0, str("noticed after ", seconds, " s"));
-        return;
-      }
-      throw testing::RequirementFailed("no error after a peer died");
-    }, std::chrono::seconds(60), job);
+    auto results = testing::run_ranks(
+        world,
+        [](const testing::RankContext& ctx) {
+          npu::set_device(ctx.rank % 8);
+          ctx.init(/*timeout_ms=*/60000);
+          Tensor t = ones({1 << 16}, kFloat32).npu();
+          all_reduce(t);
+          if (ctx.rank == 1) raise(SIGKILL);  // dies between collectives
+          const auto start = std::chrono::steady_clock::now();
+          try {
+            all_reduce(t);
+          } catch (const RemoteError& error) {
+            const double seconds =
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+            require(std::string(error.what()).find("rank 1") != std::string::npos, error.what());
+            require(seconds < 1.0, str("noticed after ", seconds, " s"));
+            return;
+          }
+          throw testing::RequirementFailed("no error after a peer died");
+        },
+        std::chrono::seconds(60), job);
     for (const auto& result : results) {
       if (result.rank == 1) {
         EXPECT_EQ(result.signal, SIGKILL);
@@ -180,47 +211,53 @@ TEST(CollectiveErrorsTest, LateRankIsNamedAfterTheTimeout) {
   const std::string job = testing::unique_job_id();
   const Signal gave_up;
   const Signal leave;
-  auto results = testing::run_ranks(3, [&](const testing::RankContext& ctx) {
-    npu::set_device(ctx.rank);
-    ctx.init(/*timeout_ms=*/30000);
-    default_group()->set_timeout(std::chrono::milliseconds(300));
-    Tensor t = ones({4}, kFloat32).npu();
-    if (ctx.rank == 2) {  // never calls the collective; lets the others leave once both gave up
-      gave_up.wait();
-      gave_up.wait();
-      leave.post();
-      leave.post();
-      return;
-    }
-    std::string text = "no error";
-    try {
-      all_reduce(t);
-    } catch (const TimeoutError& error) {
-      text = error.what();
-    }
-    gave_up.post();
-    leave.wait();  // nobody exits before both timed out, so no death is reported instead
-    require(text.find("timed out in all_reduce (sequence 1, timeout 300 ms): ranks 2 have not "
-                      "called it") != std::string::npos,
-            text);
-  }, std::chrono::seconds(60), job);
+  auto results = testing::run_ranks(
+      3,
+      [&](const testing::RankContext& ctx) {
+        npu::set_device(ctx.rank);
+        ctx.init(/*timeout_ms=*/30000);
+        default_group()->set_timeout(std::chrono::milliseconds(300));
+        Tensor t = ones({4}, kFloat32).npu();
+        if (ctx.rank == 2) {  // never calls the collective; lets the others leave once both gave up
+          gave_up.wait();
+          gave_up.wait();
+          leave.post();
+          leave.post();
+          return;
+        }
+        std::string text = "no error";
+        try {
+          all_reduce(t);
+        } catch (const TimeoutError& error) {
+          text = error.what();
+        }
+        gave_up.post();
+        leave.wait();  // nobody exits before both timed out, so no death is reported instead
+        require(text.find("timed out in all_reduce (sequence 1, timeout 300 ms): ranks 2 have not "
+                          "called it") != std::string::npos,
+                text);
+      },
+      std::chrono::seconds(60), job);
   EXPECT_TRUE(testing::all_ranks_succeeded(results));
   EXPECT_TRUE(testing::no_segments_left(job));
 }
 
 TEST(CollectiveErrorsTest, MissingRankAtInitIsNamed) {
   const std::string job = testing::unique_job_id();
-  auto results = testing::run_ranks(3, [](const testing::RankContext& ctx) {
-    if (ctx.rank == 1) return;  // never joins
-    try {
-      ctx.init(/*timeout_ms=*/500);
-    } catch (const TimeoutError& error) {
-      const std::string text = error.what();
-      require(text.find("ranks 1 to join") != std::string::npos, text);
-      return;
-    }
-    throw testing::RequirementFailed("init succeeded without rank 1");
-  }, std::chrono::seconds(60), job);
+  auto results = testing::run_ranks(
+      3,
+      [](const testing::RankContext& ctx) {
+        if (ctx.rank == 1) return;  // never joins
+        try {
+          ctx.init(/*timeout_ms=*/500);
+        } catch (const TimeoutError& error) {
+          const std::string text = error.what();
+          require(text.find("ranks 1 to join") != std::string::npos, text);
+          return;
+        }
+        throw testing::RequirementFailed("init succeeded without rank 1");
+      },
+      std::chrono::seconds(60), job);
   EXPECT_TRUE(testing::all_ranks_succeeded(results));
   EXPECT_TRUE(testing::no_segments_left(job));
 }

@@ -28,9 +28,11 @@ inline double input_value(ReduceOp op, ScalarType dtype, int rank, int64_t index
 inline Tensor make_input(ReduceOp op, ScalarType dtype, int rank, const std::vector<int64_t>& shape,
                          int salt) {
   int64_t numel = 1;
-  for (int64_t size : shape) numel *= size;
+  for (int64_t size : shape)
+    numel *= size;
   std::vector<double> values(static_cast<size_t>(numel));
-  for (int64_t i = 0; i < numel; ++i) values[static_cast<size_t>(i)] = input_value(op, dtype, rank, i, salt);
+  for (int64_t i = 0; i < numel; ++i)
+    values[static_cast<size_t>(i)] = input_value(op, dtype, rank, i, salt);
   return from_vector<double>(values, shape).to(dtype);
 }
 

@@ -72,8 +72,11 @@ TEST(TensorTest, NarrowAndReshapeShareStorage) {
 
 TEST(TensorTest, BadShapesAndIndicesAreClearErrors) {
   Tensor t = zeros({4, 3});
-  EXPECT_THAT([&] { t.reshape({5, 3}); },
-              testing::ThrowsMessage<InvalidArgument>(HasSubstr("shape [5, 3] is invalid")));
+  EXPECT_THAT(
+      [&] {
+        t.reshape({5, 3});
+      },
+      testing::ThrowsMessage<InvalidArgument>(HasSubstr("shape [5, 3] is invalid")));
   EXPECT_THROW(t.narrow(0, 3, 2), InvalidArgument);
   EXPECT_THROW(t.narrow(1, 0, 1), InvalidArgument);
   EXPECT_THROW(t.size(2), InvalidArgument);
@@ -168,6 +171,24 @@ TEST(TensorTest, DeviceToDeviceCopiesAcrossNpus) {
   Tensor cast = on0.to(kBFloat16);
   EXPECT_EQ(cast.device(), Device::npu(0));
   EXPECT_TRUE(allclose(cast, on0, 1e-2, 0));
+}
+
+}  // namespace
+}  // namespace shmccl
+
+namespace shmccl {
+namespace {
+
+TEST(TensorTest, NonBlockingCopiesRunInStreamOrder) {
+  npu::set_device(0);
+  Tensor host = arange(100000, kFloat32);
+  Tensor device = empty({100000}, kFloat32, Device::npu(0));
+  device.copy_(host, /*non_blocking=*/true);
+  device.add_(device);  // queued after the copy
+  Tensor back = empty({100000}, kFloat32);
+  back.copy_(device, /*non_blocking=*/true);
+  npu::synchronize(0);
+  EXPECT_TRUE(equal(back, arange(100000, kFloat32) + arange(100000, kFloat32)));
 }
 
 }  // namespace

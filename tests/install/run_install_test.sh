@@ -7,7 +7,7 @@ prefix="$work/prefix"
 cmake --install "$build_dir" --prefix "$prefix" >/dev/null
 
 for path in include/shmccl/shmccl.hpp lib/libshmccl.so lib/libshmccl.a \
-            lib/cmake/shmccl/shmcclConfig.cmake lib/pkgconfig/shmccl.pc; do
+            lib/cmake/shmccl/shmcclConfig.cmake lib/pkgconfig/shmccl.pc bin/shmrun; do
   [ -e "$prefix/$path" ] || { echo "missing from the install: $path" >&2; exit 1; }
 done
 
