@@ -49,6 +49,10 @@ std::vector<char*> c_strings(const std::vector<std::string>& strings) {
   // Die with shmrun. Checking the parent afterwards closes the race with shmrun dying before
   // the prctl: we would have been re-parented already and no signal would ever come.
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(125);
+  // Each rank leads its own process group, so stopping a rank also stops what it started (a
+  // shell script's children, a data loader's workers), and a terminal's Ctrl-C reaches shmrun,
+  // which stops the ranks in order.
+  if (setpgid(0, 0) != 0) _exit(125);
 
   if (request.stdout_fd >= 0 && dup2(request.stdout_fd, STDOUT_FILENO) < 0) _exit(125);
   if (request.stderr_fd >= 0 && dup2(request.stderr_fd, STDERR_FILENO) < 0) _exit(125);
@@ -159,7 +163,11 @@ ChildProcess::~ChildProcess() {
 }
 
 void ChildProcess::kill_and_reap() noexcept {
-  if (!pidfd_ || status_) return;
+  if (!pidfd_) return;
+  // The rank's process group outlives the rank while any member does; its id cannot be reused
+  // meanwhile, so signalling it after the rank was reaped is safe (ESRCH when it is empty).
+  kill(-pid_, SIGKILL);
+  if (status_) return;
   pidfd_send_signal(pidfd_.get(), SIGKILL);
   siginfo_t info{};
   while (waitid(P_PIDFD, static_cast<id_t>(pidfd_.get()), &info, WEXITED) < 0 && errno == EINTR) {
@@ -168,7 +176,9 @@ void ChildProcess::kill_and_reap() noexcept {
 }
 
 void ChildProcess::send_signal(int signal_number) {
-  if (!pidfd_ || status_) return;
+  if (!pidfd_) return;
+  kill(-pid_, signal_number);  // the rank's process group (see exec_child)
+  if (status_) return;
   if (pidfd_send_signal(pidfd_.get(), signal_number) < 0 && errno != ESRCH) {
     detail::throw_system_error(
         "pidfd_send_signal(" + std::to_string(pid_) + ", " + signal_name(signal_number) + ")",

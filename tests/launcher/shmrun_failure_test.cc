@@ -37,6 +37,21 @@ TEST(Failure, ARankExitingNonZeroStopsTheOthersAndSetsTheExitCode) {
   expect_shm_clean(namespaces(result.err));
 }
 
+TEST(Failure, StoppingARankStopsTheProcessesItStarted) {
+  const RunResult result = run_shmrun({"-v", "--nproc-per-node", "2", kWorker, "grandchild", "1"});
+  EXPECT_EQ(result.exit_code, 3) << result.err;
+  std::vector<pid_t> grandchildren;
+  for (size_t at = result.out.find("grandchild "); at != std::string::npos;
+       at = result.out.find("grandchild ", at + 1)) {
+    grandchildren.push_back(static_cast<pid_t>(std::stol(result.out.substr(at + 11))));
+  }
+  EXPECT_EQ(grandchildren.size(), 2u) << result.out;
+  for (pid_t pid : grandchildren) {
+    EXPECT_TRUE(process_gone(pid, kGone)) << "grandchild " << pid << " outlived its rank";
+  }
+  expect_shm_clean(namespaces(result.err));
+}
+
 TEST(Failure, ARankKilledBySigkillIsNamedInTheSummary) {
   const RunResult result = run_shmrun({"-v", "--nproc-per-node=2", kWorker, "signal", "9", "1"});
   EXPECT_EQ(result.exit_code, 128 + 9) << result.err;

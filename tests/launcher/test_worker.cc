@@ -80,6 +80,16 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (mode == "sleep") wait_forever();
+  if (mode == "grandchild" && argc == 3) {
+    // Starts a process of its own (as a shell script or a data loader would), then rank argv[2]
+    // fails and the others wait to be stopped.
+    const pid_t child = fork();
+    if (child == 0) wait_forever();
+    std::printf("grandchild %d\n", static_cast<int>(child));
+    std::fflush(stdout);
+    if (rank == std::atoi(argv[2])) return 3;
+    wait_forever();
+  }
   if (mode == "ignore-term") {
     signal(SIGTERM, SIG_IGN);
     wait_forever();
