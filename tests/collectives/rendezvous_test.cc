@@ -1,0 +1,64 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// init_process_group() with no arguments finds its peers from the environment of each launcher:
+// shmrun's, torchrun's env:// (MASTER_ADDR/MASTER_PORT), Open MPI's and MPICH's.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include "multiprocess.h"
+
+namespace shmccl {
+namespace {
+
+using testing::require;
+
+struct Launcher {
+  const char* name;
+  const char* rank_variable;
+  const char* size_variable;
+};
+
+class RendezvousFromEnvironment : public ::testing::TestWithParam<Launcher> {};
+
+TEST_P(RendezvousFromEnvironment, InitWithoutArgumentsFindsThePeers) {
+  const Launcher launcher = GetParam();
+  const std::string job = testing::unique_job_id();
+  const std::string port = std::to_string(20000 + getpid() % 20000);
+  auto results = testing::run_ranks(
+      3,
+      [&](const testing::RankContext& ctx) {
+        unsetenv("SHMCCL_JOB_ID");
+        unsetenv("SHMCCL_NAMESPACE");
+        setenv(launcher.rank_variable, std::to_string(ctx.rank).c_str(), 1);
+        setenv(launcher.size_variable, std::to_string(ctx.world).c_str(), 1);
+        if (std::string(launcher.name) == "torchrun") {
+          setenv("MASTER_ADDR", "127.0.0.1", 1);
+          setenv("MASTER_PORT", port.c_str(), 1);
+        } else if (std::string(launcher.name) == "shmrun") {
+          setenv("SHMCCL_JOB_ID", ctx.job_id.c_str(), 1);
+        } else if (std::string(launcher.name) == "openmpi") {
+          setenv("OMPI_MCA_ess_base_jobid", ctx.job_id.c_str(), 1);
+        }
+        // MPICH: the job is the parent process (the launcher's proxy), the test harness here.
+        npu::set_device(ctx.rank);
+        init_process_group();
+        require(get_rank() == ctx.rank && get_world_size() == ctx.world, "rank and size");
+        Tensor t = ones({4}, kInt32).npu();
+        all_reduce(t);
+        require(t.cpu().to_vector<int32_t>() == std::vector<int32_t>(4, 3), "all_reduce result");
+      },
+      std::chrono::seconds(60), job);
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+  EXPECT_TRUE(testing::shm_entries("shmccl.jtorch-127_0_0_1-" + port).empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Launchers, RendezvousFromEnvironment,
+                         ::testing::Values(Launcher{"shmrun", "RANK", "WORLD_SIZE"},
+                                           Launcher{"torchrun", "RANK", "WORLD_SIZE"},
+                                           Launcher{"openmpi", "OMPI_COMM_WORLD_RANK",
+                                                    "OMPI_COMM_WORLD_SIZE"},
+                                           Launcher{"mpich", "PMI_RANK", "PMI_SIZE"}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace shmccl
