@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "core/check.h"
+#include "core/file_descriptor.h"
 #include "core/logging.h"
 #include "shmccl/error.hpp"
 
@@ -49,22 +50,6 @@ constexpr uint64_t kMaxCapacity = 1ull << 50;
 uint64_t round_up(uint64_t value, uint64_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
 }
-
-// A move-only owned file descriptor.
-class UniqueFd {
- public:
-  explicit UniqueFd(int fd = -1) : fd_(fd) {}
-  ~UniqueFd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  UniqueFd(UniqueFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  UniqueFd& operator=(UniqueFd&&) = delete;
-  int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-
- private:
-  int fd_;
-};
 
 // A move-only owned mapping; unmapped by the destructor unless released.
 class UniqueMapping {
@@ -143,7 +128,7 @@ Arena::Arena(int device, uint64_t capacity) : device_(device) {
   const uint64_t file_bytes = kHeaderBytes + capacity_;
   const std::string name = concat("shmccl-npu", device);
 
-  UniqueFd fd(
+  FileDescriptor fd(
       SHMCCL_SYSCALL(::memfd_create(name.c_str(), MFD_CLOEXEC), "memfd_create(", name, ")"));
   SHMCCL_SYSCALL(::ftruncate(fd.get(), static_cast<off_t>(file_bytes)), "ftruncate(memfd ", name,
                  ", ", file_bytes, " bytes)");
@@ -291,14 +276,14 @@ std::shared_ptr<ArenaMapping> ArenaMapping::open(const ArenaHandle& handle) {
     if (errno == ESRCH) throw RemoteError(concat(peer, " is gone", arena));
     detail::throw_system_error(concat(peer, arena, ": pidfd_open"), errno);
   }
-  UniqueFd pidfd(pidfd_raw);
+  FileDescriptor pidfd(pidfd_raw);
   const auto fd_raw = static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd.get(), handle.fd, 0));
   if (fd_raw == -1) {
     if (errno == ESRCH) throw RemoteError(concat(peer, " is gone", arena));
     if (errno == EBADF) throw RemoteError(concat(peer, " has no open fd ", handle.fd, arena));
     detail::throw_system_error(concat(peer, arena, ": pidfd_getfd"), errno);
   }
-  UniqueFd fd(fd_raw);
+  FileDescriptor fd(fd_raw);
 
   struct stat status {};
   SHMCCL_SYSCALL(::fstat(fd.get(), &status), peer, arena, ": fstat");

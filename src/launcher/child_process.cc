@@ -145,7 +145,7 @@ ChildProcess ChildProcess::spawn(const SpawnRequest& request) {
       stack.get() + kStackSize, CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, &args, &pidfd);
   if (pid < 0) detail::throw_system_error("clone", errno);
 #endif
-  return ChildProcess(pid, UniqueFd(pidfd));
+  return ChildProcess(pid, FileDescriptor(pidfd));
 }
 
 ChildProcess& ChildProcess::operator=(ChildProcess&& other) noexcept {

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/unique_fd.h"
+#include "core/file_descriptor.h"
 
 namespace shmccl::launcher {
 
@@ -69,11 +69,11 @@ class ChildProcess {
   bool try_reap();
 
  private:
-  ChildProcess(pid_t pid, UniqueFd pidfd) : pid_(pid), pidfd_(std::move(pidfd)) {}
+  ChildProcess(pid_t pid, FileDescriptor pidfd) : pid_(pid), pidfd_(std::move(pidfd)) {}
   void kill_and_reap() noexcept;
 
   pid_t pid_ = -1;
-  UniqueFd pidfd_;
+  FileDescriptor pidfd_;
   std::optional<ExitStatus> status_;
 };
 

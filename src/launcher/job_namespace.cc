@@ -67,7 +67,7 @@ JobNamespace JobNamespace::create(const std::string& run_id) {
   // Lock first, publish second: the lock file is made under a private temporary name, locked,
   // and only then linked to its public name (link fails on an existing name, like O_EXCL).
   std::string temporary = std::string(kShmDir) + "/.shmccl-lock-XXXXXX";
-  UniqueFd lock(mkostemp(temporary.data(), O_CLOEXEC));  // mode 0600
+  FileDescriptor lock(mkostemp(temporary.data(), O_CLOEXEC));  // mode 0600
   if (!lock) detail::throw_system_error("mkostemp(" + temporary + ")", errno);
   struct RemoveTemporary {
     const std::string& path;
@@ -83,7 +83,7 @@ JobNamespace JobNamespace::create(const std::string& run_id) {
     if (link(temporary.c_str(), lock_path.c_str()) == 0) {
       // Reopen under the public name so the ranks' fd shows where the lock lives; the
       // temporary's LOCK_SH is held until the new one is, so the lock is never free.
-      UniqueFd public_lock(open(lock_path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW));
+      FileDescriptor public_lock(open(lock_path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW));
       if (!public_lock || flock(public_lock.get(), LOCK_SH) != 0) {
         const int error = errno;
         unlink(lock_path.c_str());

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/unique_fd.h"
+#include "core/file_descriptor.h"
 
 namespace shmccl::launcher {
 
@@ -38,10 +38,11 @@ class JobNamespace {
   std::vector<std::string> remove_all();
 
  private:
-  JobNamespace(std::string name, UniqueFd lock) : name_(std::move(name)), lock_(std::move(lock)) {}
+  JobNamespace(std::string name, FileDescriptor lock)
+      : name_(std::move(name)), lock_(std::move(lock)) {}
 
   std::string name_;
-  UniqueFd lock_;
+  FileDescriptor lock_;
 };
 
 // The library takes at most 64 characters of SHMCCL_NAMESPACE (transport/segment_names.h); the

@@ -13,9 +13,9 @@
 #include <cstring>
 #include <set>
 
+#include "core/file_descriptor.h"
 #include "launcher/child_process.h"
 #include "launcher/job_namespace.h"
-#include "launcher/unique_fd.h"
 
 extern char** environ;
 
@@ -49,7 +49,7 @@ const std::set<std::string>& owned_variables() {
 
 // A port nobody listens on right now (torchrun --standalone does the same).
 int free_port() {
-  UniqueFd socket_fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  FileDescriptor socket_fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);

@@ -12,7 +12,7 @@
 
 #include <optional>
 
-#include "launcher/unique_fd.h"
+#include "core/file_descriptor.h"
 
 namespace shmccl::launcher {
 
@@ -27,7 +27,7 @@ class SignalWatcher {
   std::optional<int> next();
 
  private:
-  UniqueFd fd_;
+  FileDescriptor fd_;
 };
 
 }  // namespace shmccl::launcher

@@ -10,8 +10,8 @@
 #include <cstring>
 #include <map>
 
+#include "core/file_descriptor.h"
 #include "launcher/job_namespace.h"
-#include "launcher/unique_fd.h"
 
 namespace shmccl::launcher {
 namespace {
@@ -58,7 +58,7 @@ CleanupReport cleanup_stale_namespaces(const std::vector<std::string>& only) {
   CleanupReport report;
   for (const auto& [ns, entries] : by_namespace) {
     const std::string lock_path = path_of(kShmPrefix + ns + ".lock");
-    UniqueFd lock(open(lock_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+    FileDescriptor lock(open(lock_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
     if (!lock && errno != ENOENT) {
       report.errors.push_back("cannot open " + lock_path + ": " + std::strerror(errno));
       continue;

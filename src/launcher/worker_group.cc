@@ -27,7 +27,7 @@ std::chrono::nanoseconds to_duration(double seconds) {
 
 // One output pipe of a rank: the read end, where its lines go, and its pending poll.
 struct Pipe {
-  UniqueFd read_end;
+  FileDescriptor read_end;
   std::unique_ptr<RankStream> stream;
   EventLoop::OpId poll = 0;
 };
@@ -35,25 +35,25 @@ struct Pipe {
 struct Rank {
   const RankPlan* plan = nullptr;
   ChildProcess child;
-  UniqueFd log_file;
+  FileDescriptor log_file;
   Pipe out;
   Pipe err;
 };
 
 // Returns the read end (non-blocking, CLOEXEC) and the write end for the child (CLOEXEC too:
 // the child dup2s it onto fd 1 or 2, which clears the flag on the copy).
-std::pair<UniqueFd, UniqueFd> make_pipe() {
+std::pair<FileDescriptor, FileDescriptor> make_pipe() {
   int fds[2];
   SHMCCL_SYSCALL(pipe2(fds, O_CLOEXEC), "pipe2");
-  UniqueFd read_end(fds[0]), write_end(fds[1]);
+  FileDescriptor read_end(fds[0]), write_end(fds[1]);
   // Only the read end: O_NONBLOCK on the write end would make the rank's writes fail.
   SHMCCL_SYSCALL(fcntl(read_end.get(), F_SETFL, O_NONBLOCK), "fcntl(O_NONBLOCK)");
   return {std::move(read_end), std::move(write_end)};
 }
 
-UniqueFd open_log_file(const std::string& path, int restart_count) {
+FileDescriptor open_log_file(const std::string& path, int restart_count) {
   const int flags = O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (restart_count == 0 ? O_TRUNC : 0);
-  UniqueFd fd(open(path.c_str(), flags, 0644));
+  FileDescriptor fd(open(path.c_str(), flags, 0644));
   if (!fd) detail::throw_system_error("open(" + path + ")", errno);
   if (restart_count > 0) {
     write_all(fd.get(), "==== shmrun: restart " + std::to_string(restart_count) +

@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/file_descriptor.h"
 #include "core/logging.h"
-#include "transport/file_descriptor.h"
 
 namespace shmccl::transport {
 namespace {

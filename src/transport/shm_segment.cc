@@ -12,8 +12,8 @@
 #include <utility>
 
 #include "core/check.h"
+#include "core/file_descriptor.h"
 #include "core/logging.h"
-#include "transport/file_descriptor.h"
 
 namespace shmccl::transport {
 namespace {

@@ -17,7 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "shmccl/error.hpp"
-#include "transport/file_descriptor.h"
+#include "core/file_descriptor.h"
 #include "transport/multiprocess.h"
 #include "transport/segment_names.h"
 

@@ -1,6 +1,7 @@
 // Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
 //
-// FileDescriptor: the one owner of a file descriptor. Move-only; closes in its destructor.
+// FileDescriptor: the one owner of a file descriptor, used by every layer (device arenas,
+// transport segments and pidfds, the launcher's pipes). Move-only; closes in its destructor.
 //
 // Thread safety: none of its own (like an int). Distinct objects may be used from distinct threads.
 #pragma once
@@ -9,7 +10,7 @@
 
 #include <utility>
 
-namespace shmccl::transport {
+namespace shmccl {
 
 class FileDescriptor {
  public:
@@ -48,4 +49,4 @@ class FileDescriptor {
   int fd_ = -1;
 };
 
-}  // namespace shmccl::transport
+}  // namespace shmccl
