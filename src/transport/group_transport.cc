@@ -123,9 +123,13 @@ void GroupTransport::wait_for_all_attached(Clock::time_point deadline) {
     const pid_t pid = slots_[r].pid.load(std::memory_order_acquire);
     SHMCCL_CHECK(pid > 0, "rank ", r, " attached without a pid");
     peer_pids_[static_cast<size_t>(r)] = pid;
+  }
+  // Only now watch: a callback (on the monitor thread) reads peer_pids_, which must be complete
+  // and no longer written; watch() publishes it to that thread.
+  for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
-    watches_.push_back(
-        PeerMonitor::instance().watch(pid, [this](pid_t dead) { on_peer_death(dead); }));
+    watches_.push_back(PeerMonitor::instance().watch(
+        peer_pids_[static_cast<size_t>(r)], [this](pid_t dead) { on_peer_death(dead); }));
   }
 }
 
