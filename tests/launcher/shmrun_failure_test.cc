@@ -2,6 +2,8 @@
 //
 // End to end: what shmrun does when a rank fails or shmrun itself is signalled. Every case also
 // checks that no rank outlives shmrun and that /dev/shm holds nothing of the job afterwards.
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -38,7 +40,11 @@ TEST(Failure, ARankExitingNonZeroStopsTheOthersAndSetsTheExitCode) {
 }
 
 TEST(Failure, StoppingARankStopsTheProcessesItStarted) {
-  const RunResult result = run_shmrun({"-v", "--nproc-per-node", "2", kWorker, "grandchild", "1"});
+  const std::string fifo = ::testing::TempDir() + "shmrun-grandchild-" + std::to_string(getpid());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const RunResult result =
+      run_shmrun({"-v", "--nproc-per-node", "2", kWorker, "grandchild", "1", fifo});
+  unlink(fifo.c_str());
   EXPECT_EQ(result.exit_code, 3) << result.err;
   std::vector<pid_t> grandchildren;
   for (size_t at = result.out.find("grandchild "); at != std::string::npos;

@@ -80,14 +80,18 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (mode == "sleep") wait_forever();
-  if (mode == "grandchild" && argc == 3) {
-    // Starts a process of its own (as a shell script or a data loader would), then rank argv[2]
-    // fails and the others wait to be stopped.
+  if (mode == "grandchild" && argc == 4) {
+    // Starts a process of its own (as a shell script or a data loader would). Then rank argv[2]
+    // fails, but only once the other rank has started its own: they meet on the FIFO argv[3]
+    // (opening a FIFO blocks until both ends are open).
     const pid_t child = fork();
     if (child == 0) wait_forever();
     std::printf("grandchild %d\n", static_cast<int>(child));
     std::fflush(stdout);
-    if (rank == std::atoi(argv[2])) return 3;
+    const bool failing = rank == std::atoi(argv[2]);
+    const int fifo = open(argv[3], failing ? O_RDONLY : O_WRONLY);
+    if (fifo < 0) return 98;
+    if (failing) return 3;
     wait_forever();
   }
   if (mode == "ignore-term") {
