@@ -128,8 +128,8 @@ void GroupTransport::wait_for_all_attached(Clock::time_point deadline) {
   // and no longer written; watch() publishes it to that thread.
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
-    watches_.push_back(PeerMonitor::instance().watch(
-        peer_pids_[static_cast<size_t>(r)], [this](pid_t dead) { on_peer_death(dead); }));
+    watches_.push_back(PeerMonitor::instance().watch(peer_pids_[static_cast<size_t>(r)],
+                                                     [this](pid_t dead) { on_peer_death(dead); }));
   }
 }
 

@@ -16,8 +16,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "shmccl/error.hpp"
 #include "core/file_descriptor.h"
+#include "shmccl/error.hpp"
 #include "transport/multiprocess.h"
 #include "transport/segment_names.h"
 
