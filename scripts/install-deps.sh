@@ -2,7 +2,7 @@
 # Installs the Debian packages shmccl builds with, when any is missing. Safe to run repeatedly.
 set -euo pipefail
 
-packages=(cmake g++ make pkg-config libnuma-dev liburing-dev libgtest-dev libgmock-dev
+packages=(cmake g++ make pkg-config libnuma-dev liburing-dev libdnnl-dev ocl-icd-opencl-dev libgtest-dev libgmock-dev
           libbenchmark-dev clang-format)
 packages+=("$@")
 

@@ -8,6 +8,7 @@
 #include "shmccl/error.hpp"
 #include "shmccl/half.hpp"
 #include "shmccl/npu.hpp"
+#include "shmccl/ops.hpp"
 #include "shmccl/process_group.hpp"
 #include "shmccl/reduce_op.hpp"
 #include "shmccl/tensor.hpp"

@@ -58,6 +58,9 @@ class Tensor {
   }
   // Byte offset of this view in its storage.
   size_t storage_offset_bytes() const { return offset_bytes_; }
+  // Counts the library's writes to this tensor's storage (copy_, fill_, in-place arithmetic,
+  // collectives' outputs), like torch's tensor._version. Writes through data_ptr() do not count.
+  uint64_t version() const;
   // True when both tensors view the same storage.
   bool is_alias_of(const Tensor& other) const { return storage_ == other.storage_; }
 

@@ -10,8 +10,10 @@
 #include "collectives/executor.h"
 #include "collectives/group_state.h"
 #include "collectives/registry.h"
+#include "collectives/unordered_ops.h"
 #include "core/check.h"
 #include "core/logging.h"
+#include "core/storage.h"
 #include "device/device_context.h"
 #include "shmccl/npu.hpp"
 
@@ -77,9 +79,18 @@ int ordering_device(const OpPlan& plan) {
   return -1;
 }
 
-std::shared_ptr<Work> submit(detail::GroupState& state, OpPlan& plan, bool async_op) {
+// kCallerStream: an async collective starts after the work queued so far on the caller's stream
+// (torch's stream semantics). kNone: the caller guarantees its tensors are ready (an operator that
+// runs as a task of that very stream, which could not wait for itself).
+enum class Ordering { kCallerStream, kNone };
+
+std::shared_ptr<Work> submit(detail::GroupState& state, OpPlan& plan, bool async_op,
+                             Ordering ordering = Ordering::kCallerStream) {
   state.check_not_failed();
   plan.sequence = state.next_sequence();
+  if (plan.output().defined()) plan.output().storage()->bump_version();
+  for (const Tensor& output : plan.outputs())
+    if (output.defined()) output.storage()->bump_version();
   SHMCCL_TRACE(kColl, plan.name, " sequence ", plan.sequence, " on ", state.comm_name());
   const int device = ordering_device(plan);
   if (!async_op) {
@@ -95,7 +106,7 @@ std::shared_ptr<Work> submit(detail::GroupState& state, OpPlan& plan, bool async
   }
   auto work = std::make_shared<Work>(plan.name, plan.sequence);
   npu::detail::StreamImpl& comm = state.comm_stream();
-  if (device >= 0) {
+  if (device >= 0 && ordering == Ordering::kCallerStream) {
     npu::Event ready;
     ready.record(npu::current_stream(device));
     comm.wait(ready.state());
@@ -297,6 +308,22 @@ std::shared_ptr<Work> ProcessGroup::all_reduce(Tensor& tensor, ReduceOp op, bool
   plan.borrow_output(tensor);
   return submit(*state_, plan, async_op);
 }
+
+namespace collectives {
+
+std::shared_ptr<Work> all_reduce_unordered(ProcessGroup& group, const Tensor& tensor) {
+  OpPlan plan;
+  plan.kind = OpKind::kAllReduce;
+  plan.name = "all_reduce";
+  check_defined(tensor, plan.name, "input");
+  plan.dtype = tensor.dtype();
+  plan.reduce_op = ReduceOp::SUM;
+  plan.borrow_input(tensor);
+  plan.borrow_output(tensor);
+  return submit(group.state(), plan, /*async_op=*/true, Ordering::kNone);
+}
+
+}  // namespace collectives
 
 std::shared_ptr<Work> ProcessGroup::broadcast(Tensor& tensor, int src, bool async_op) {
   OpPlan plan;

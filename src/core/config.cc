@@ -39,6 +39,11 @@ constexpr std::array kSettings = {
     Setting{"SHMCCL_STREAMING_BYTES", Kind::kBytes, "32M",
             "collectives writing at least this many bytes (all ranks together) copy with "
             "non-temporal stores, which skip the cache the data would only flush"},
+    Setting{"SHMCCL_OPS_THREADS", Kind::kInt, "0",
+            "threads one rank's GEMMs use (0: the rank's share of the CPUs it may run on)"},
+    Setting{"SHMCCL_OPS_WEIGHT_CACHE_BYTES", Kind::kBytes, "1G",
+            "memory for GEMM weights kept reordered into oneDNN's preferred layout across calls "
+            "(0: use weights in place, unreordered)"},
     Setting{"SHMCCL_SPIN_TIME", Kind::kSeconds, "1ms",
             "how long a rank spins before it sleeps while waiting for its peers, when every "
             "rank has a core (more ranks than cores: a few checks, then sleep)"},

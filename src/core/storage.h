@@ -2,11 +2,14 @@
 //
 // Storage: one contiguous allocation that tensors view. Owns its memory through a deleter chosen
 // by whoever allocated it (host heap, a device's caching allocator), so the core layer does not
-// depend on the device layer. Immutable after construction; shared by shared_ptr between tensors
-// and the stream tasks that use it, so memory stays alive until the last queued use has run.
+// depend on the device layer. Immutable after construction (but for its write counter); shared by
+// shared_ptr between tensors and the stream tasks that use it, so memory stays alive until the last
+// queued use has run.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <utility>
 
 #include "shmccl/device.hpp"
@@ -29,12 +32,19 @@ class Storage {
   size_t nbytes() const { return nbytes_; }
   const Device& device() const { return device_; }
 
+  // Counts the library's writes to this memory (torch's tensor._version): caches of derived data
+  // (reordered GEMM weights) compare it to notice a change. Raw writes through data_ptr() are
+  // invisible, as in torch.
+  uint64_t version() const { return version_.load(std::memory_order_acquire); }
+  void bump_version() const { version_.fetch_add(1, std::memory_order_acq_rel); }
+
  private:
   void* data_;
   size_t nbytes_;
   Device device_;
   Deleter deleter_;
   void* context_;
+  mutable std::atomic<uint64_t> version_{0};
 };
 
 }  // namespace shmccl::detail

@@ -51,6 +51,10 @@ void* Tensor::data_ptr() const {
   return static_cast<char*>(storage_->data()) + offset_bytes_;
 }
 
+uint64_t Tensor::version() const {
+  return storage_ ? storage_->version() : 0;
+}
+
 void Tensor::check_element_type(ScalarType requested) const {
   SHMCCL_CHECK_ARG(defined(), "the tensor is undefined");
   SHMCCL_CHECK_ARG(requested == dtype_, "element type ", requested,

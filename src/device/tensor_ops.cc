@@ -201,6 +201,7 @@ Tensor& Tensor::copy_(const Tensor& source, bool non_blocking) {
                    numel(), " (shape ", sizes(), ") and ", source.numel(), " (shape ",
                    source.sizes(), ")");
   if (numel() == 0) return *this;
+  storage()->bump_version();
   const Device to = device();
   const Device from = source.device();
   Tensor destination = *this;
@@ -245,6 +246,7 @@ Tensor& Tensor::fill_(double value) {
   if (numel() == 0) return *this;
   uint64_t bytes = 0;
   scalar_to_bytes(value, dtype(), &bytes);
+  storage()->bump_version();
   Tensor destination = *this;
   device::launch(device(), [destination, bytes] {
     kernels::fill(destination.data_ptr(), destination.dtype(),
@@ -255,6 +257,7 @@ Tensor& Tensor::fill_(double value) {
 
 Tensor& Tensor::add_(const Tensor& other) {
   check_same(*this, other, "add_");
+  storage()->bump_version();
   Tensor destination = *this;
   device::launch(device(), [destination, other] {
     kernels::binary(kernels::BinaryOp::kAdd, destination.dtype(), destination.data_ptr(),
@@ -266,6 +269,7 @@ Tensor& Tensor::add_(const Tensor& other) {
 
 Tensor& Tensor::mul_(const Tensor& other) {
   check_same(*this, other, "mul_");
+  storage()->bump_version();
   Tensor destination = *this;
   device::launch(device(), [destination, other] {
     kernels::binary(kernels::BinaryOp::kMul, destination.dtype(), destination.data_ptr(),

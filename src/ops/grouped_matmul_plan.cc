@@ -1,0 +1,214 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+#include "ops/grouped_matmul_plan.h"
+
+#include <string>
+
+#include "core/check.h"
+
+namespace shmccl::ops {
+namespace {
+
+std::string name_of(const char* list, size_t index) {
+  return detail::concat(list, "[", index, "]");
+}
+
+void check_list_length(const char* op, const char* list, size_t length) {
+  SHMCCL_CHECK_ARG(length <= kMaxGroupedTensors, op, ": ", list, " has ", length,
+                   " elements; at most ", kMaxGroupedTensors, " are supported");
+}
+
+void check_npu(const char* op, const Tensor& tensor, const std::string& name, int device) {
+  SHMCCL_CHECK_ARG(tensor.defined(), op, ": ", name, " is an undefined tensor");
+  SHMCCL_CHECK_ARG(tensor.is_npu(), op, ": ", name,
+                   " is a host tensor; x, weight and bias must be NPU tensors");
+  SHMCCL_CHECK_ARG(tensor.device().index == device, op, ": ", name,
+                   " is on npu:", tensor.device().index, " but x[0] is on npu:", device,
+                   "; all tensors must be on one device");
+}
+
+// The bias dtype that goes with x's dtype (the reference: float16 -> float16, bfloat16 ->
+// float32; beyond it: float32 -> float32).
+ScalarType bias_dtype_for(ScalarType dtype) {
+  return dtype == kFloat16 ? kFloat16 : kFloat32;
+}
+
+// Row ranges of the groups of a split x, from group_list.
+std::vector<int64_t> group_rows(const GroupedMatmulArgs& args, size_t group_num, int64_t rows) {
+  const char* op = args.op;
+  SHMCCL_CHECK_ARG(!args.group_list.empty(), op, ": split_item ", args.split_item,
+                   " splits x by group_list, which must not be empty");
+  SHMCCL_CHECK_ARG(args.group_list.size() == group_num, op, ": group_list has ",
+                   args.group_list.size(), " elements but there are ", group_num,
+                   " weights; they must be equal");
+  std::vector<int64_t> counts(group_num);
+  int64_t previous_end = 0;
+  int64_t total = 0;
+  for (size_t i = 0; i < group_num; ++i) {
+    const int64_t value = args.group_list[i];
+    if (args.group_list_type == 0) {
+      SHMCCL_CHECK_ARG(value >= previous_end, op, ": group_list ", args.group_list,
+                       " must be non-decreasing cumulative row ends (group_list_type 0), but "
+                       "group_list[",
+                       i, "] = ", value, " < ", previous_end);
+      counts[i] = value - previous_end;
+      previous_end = value;
+      total = value;
+    } else {
+      SHMCCL_CHECK_ARG(value >= 0, op, ": group_list ", args.group_list,
+                       " holds row counts (group_list_type 1), but group_list[", i, "] = ", value,
+                       " is negative");
+      counts[i] = value;
+      total += value;
+    }
+  }
+  SHMCCL_CHECK_ARG(total == rows, op, ": group_list ", args.group_list,
+                   args.group_list_type == 0 ? " ends at row " : " sums to ", total, " but x has ",
+                   rows, " rows; they must be equal");
+  return counts;
+}
+
+}  // namespace
+
+GroupedMatmulPlan plan_grouped_matmul(const GroupedMatmulArgs& args) {
+  const char* op = args.op;
+  SHMCCL_CHECK_ARG(!args.x.empty() && !args.weight.empty(), op,
+                   ": Neither x nor weight could be empty.");
+  SHMCCL_CHECK_ARG(args.split_item >= 0 && args.split_item <= 3, op, ": The given split_item [",
+                   args.split_item, "] is invalid, which must be one of 0/1/2/3");
+  SHMCCL_CHECK_ARG(args.group_list_type == 0 || args.group_list_type == 1, op, ": group_list_type ",
+                   args.group_list_type,
+                   " is invalid, which must be 0 (cumulative row ends) or 1 (row counts)");
+  check_list_length(op, "x", args.x.size());
+  check_list_length(op, "weight", args.weight.size());
+  check_list_length(op, "bias", args.bias.size());
+  check_list_length(op, "group_list", args.group_list.size());
+
+  const bool split_x = args.split_item == 1 || args.split_item == 3;
+  const bool single_y = args.split_item == 2 || args.split_item == 3;
+  const Tensor& x0 = args.x[0];
+  SHMCCL_CHECK_ARG(x0.defined(), op, ": x[0] is an undefined tensor");
+  SHMCCL_CHECK_ARG(x0.is_npu(), op,
+                   ": x[0] is a host tensor; x, weight and bias must be NPU tensors");
+  GroupedMatmulPlan plan;
+  plan.device = x0.device().index;
+  plan.dtype = x0.dtype();
+  SHMCCL_CHECK_ARG(plan.dtype == kFloat16 || plan.dtype == kBFloat16 || plan.dtype == kFloat32, op,
+                   ": x has dtype ", plan.dtype, "; supported are float16, bfloat16 and float32");
+
+  // Weights: a list of 2-D tensors, or (split_item 3) one 3-D tensor [group_num, k, n].
+  std::vector<Tensor> weights;
+  if (args.split_item == 3 && args.weight.size() == 1 && args.weight[0].defined() &&
+      args.weight[0].dim() == 3) {
+    check_npu(op, args.weight[0], "weight[0]", plan.device);
+    for (int64_t g = 0; g < args.weight[0].size(0); ++g)
+      weights.push_back(args.weight[0][g]);
+    SHMCCL_CHECK_ARG(!weights.empty(), op, ": Neither x nor weight could be empty.");
+    SHMCCL_CHECK_ARG(weights.size() <= kMaxGroupedTensors, op, ": weight holds ", weights.size(),
+                     " groups; at most ", kMaxGroupedTensors, " are supported");
+  } else {
+    weights = args.weight;
+  }
+  const size_t group_num = weights.size();
+
+  if (split_x) {
+    SHMCCL_CHECK_ARG(args.x.size() == 1, op, ": split_item ", args.split_item,
+                     " takes x as one tensor split by group_list, but x has ", args.x.size(),
+                     " tensors");
+  } else {
+    SHMCCL_CHECK_ARG(args.x.size() == group_num, op, ": split_item ", args.split_item,
+                     " takes one x per weight, but x has ", args.x.size(), " tensors and weight ",
+                     group_num);
+    SHMCCL_CHECK_ARG(args.group_list.empty(), op, ": group_list must be empty when split_item is ",
+                     args.split_item, " (x is already one tensor per group), got ",
+                     args.group_list);
+  }
+  SHMCCL_CHECK_ARG(args.bias.empty() || args.bias.size() == group_num, op, ": bias has ",
+                   args.bias.size(), " tensors but weight has ", group_num,
+                   "; bias must be empty or one per group");
+
+  for (size_t i = 0; i < args.x.size(); ++i) {
+    const std::string name = name_of("x", i);
+    check_npu(op, args.x[i], name, plan.device);
+    SHMCCL_CHECK_ARG(args.x[i].dtype() == plan.dtype, op, ": ", name, " has dtype ",
+                     args.x[i].dtype(), " but x[0] has ", plan.dtype, "; all x must agree");
+    SHMCCL_CHECK_ARG(args.x[i].dim() == 2, op, ": ", name, " must be 2-D [m, k], got shape ",
+                     args.x[i].sizes());
+  }
+  for (size_t i = 0; i < group_num; ++i) {
+    const std::string name = name_of("weight", i);
+    check_npu(op, weights[i], name, plan.device);
+    SHMCCL_CHECK_ARG(weights[i].dtype() == plan.dtype, op, ": ", name, " has dtype ",
+                     weights[i].dtype(), " but x has ", plan.dtype,
+                     "; x and weight must have the same dtype");
+    SHMCCL_CHECK_ARG(weights[i].dim() == 2, op, ": ", name, " must be 2-D [k, n], got shape ",
+                     weights[i].sizes());
+  }
+  const ScalarType bias_dtype = bias_dtype_for(plan.dtype);
+  for (size_t i = 0; i < args.bias.size(); ++i) {
+    const std::string name = name_of("bias", i);
+    check_npu(op, args.bias[i], name, plan.device);
+    SHMCCL_CHECK_ARG(args.bias[i].dtype() == bias_dtype, op, ": ", name, " has dtype ",
+                     args.bias[i].dtype(), " but x is ", plan.dtype, ", which takes a ", bias_dtype,
+                     " bias (float16: float16 bias; bfloat16: float32 bias; float32: float32)");
+  }
+
+  std::vector<int64_t> rows(group_num);
+  if (split_x) {
+    rows = group_rows(args, group_num, x0.size(0));
+  } else {
+    for (size_t i = 0; i < group_num; ++i)
+      rows[i] = args.x[i].size(0);
+  }
+
+  int64_t row_start = 0;
+  int64_t total_rows = 0;
+  for (size_t i = 0; i < group_num; ++i) {
+    MatmulGroup group;
+    group.m = rows[i];
+    group.x = split_x ? x0.narrow(0, row_start, rows[i]) : args.x[i];
+    group.k = group.x.size(1);
+    group.weight = weights[i];
+    group.n = weights[i].size(1);
+    SHMCCL_CHECK_ARG(weights[i].size(0) == group.k, op, ": group ", i, ": x", split_x ? "" : "[",
+                     split_x ? "" : std::to_string(i), split_x ? "" : "]", " has k = ", group.k,
+                     " columns but weight[", i, "] has ", weights[i].size(0), " rows (shape ",
+                     weights[i].sizes(), "); they must be equal");
+    if (!args.bias.empty()) {
+      group.bias = args.bias[i];
+      SHMCCL_CHECK_ARG(group.bias.dim() == 1 && group.bias.size(0) == group.n, op, ": bias[", i,
+                       "] must have shape [", group.n, "] (n of weight[", i, "]), got ",
+                       group.bias.sizes());
+    }
+    if (single_y && i > 0) {
+      SHMCCL_CHECK_ARG(group.n == plan.groups[0].n, op, ": split_item ", args.split_item,
+                       " stacks every group's rows in one y, so all n must be equal, but weight[",
+                       i, "] has n = ", group.n, " and weight[0] has n = ", plan.groups[0].n);
+    }
+    group.partial_offset = plan.partial_elements;
+    plan.partial_elements += group.m * group.n;
+    plan.flops += 2.0 * static_cast<double>(group.m) * static_cast<double>(group.k) *
+                  static_cast<double>(group.n);
+    row_start += rows[i];
+    total_rows += rows[i];
+    plan.groups.push_back(std::move(group));
+  }
+
+  const Device device = Device::npu(plan.device);
+  if (single_y) {
+    Tensor y = empty({total_rows, plan.groups[0].n}, plan.dtype, device);
+    int64_t start = 0;
+    for (MatmulGroup& group : plan.groups) {
+      group.y = y.narrow(0, start, group.m);
+      start += group.m;
+    }
+    plan.outputs.push_back(std::move(y));
+  } else {
+    for (MatmulGroup& group : plan.groups) {
+      group.y = empty({group.m, group.n}, plan.dtype, device);
+      plan.outputs.push_back(group.y);
+    }
+  }
+  return plan;
+}
+
+}  // namespace shmccl::ops

@@ -1,0 +1,266 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+#include "ops/matmul_engine.h"
+
+#include <omp.h>
+#include <pthread.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <list>
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "core/check.h"
+#include "core/config.h"
+#include "core/logging.h"
+#include "core/storage.h"
+#include "device/kernels.h"
+#include "shmccl/process_group.hpp"
+
+namespace shmccl::ops {
+namespace {
+
+using dnnl::memory;
+using Tag = memory::format_tag;
+
+memory::data_type dnnl_type(ScalarType dtype) {
+  switch (dtype) {
+    case kFloat32:
+    case kFloat16:  // converted to float32 before the GEMM
+      return memory::data_type::f32;
+    case kBFloat16:
+      return memory::data_type::bf16;
+    default:
+      throw InvalidArgument(detail::concat("matmul: unsupported dtype ", dtype));
+  }
+}
+
+struct PrimitiveKey {
+  int64_t m, k, n, lda;
+  ScalarType dtype;
+  bool reordered_weights;
+  bool operator==(const PrimitiveKey&) const = default;
+};
+
+struct PrimitiveKeyHash {
+  size_t operator()(const PrimitiveKey& key) const noexcept {
+    uint64_t h = 1469598103934665603ull;
+    for (int64_t v : {key.m, key.k, key.n, key.lda, static_cast<int64_t>(key.dtype),
+                      static_cast<int64_t>(key.reordered_weights)}) {
+      h = (h ^ static_cast<uint64_t>(v)) * 1099511628211ull;
+    }
+    return static_cast<size_t>(h);
+  }
+};
+
+struct CachedPrimitive {
+  dnnl::matmul primitive;
+  memory::desc a_desc, weights_desc, plain_weights_desc, c_desc;
+};
+
+// One weight tensor in the layout a primitive wants.
+struct CachedWeight {
+  const detail::Storage* storage;
+  std::weak_ptr<detail::Storage> alive;  // the address may be reused once the storage is gone
+  size_t offset;
+  int64_t k, n;
+  ScalarType dtype;
+  uint64_t version;
+  memory::desc desc;
+  memory reordered;
+  uint64_t bytes;
+};
+
+constexpr size_t kMaxPrimitives = 4096;
+
+// GNU OpenMP's thread pool does not survive fork(): a child that runs a parallel region on the
+// pool its parent started hangs. After such a fork the child's GEMMs run on one thread.
+std::atomic<bool> g_pool_started{false};
+std::atomic<bool> g_forked_after_pool{false};
+
+void note_pool_started() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    pthread_atfork(nullptr, nullptr, [] {
+      if (g_pool_started.load(std::memory_order_relaxed)) {
+        g_forked_after_pool.store(true, std::memory_order_relaxed);
+      }
+    });
+  });
+  g_pool_started.store(true, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+struct MatmulEngine::Impl {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  mutable std::mutex mutex;
+  std::unordered_map<PrimitiveKey, std::shared_ptr<const CachedPrimitive>, PrimitiveKeyHash>
+      primitives;
+  std::list<CachedWeight> weights;  // most recently used first
+  uint64_t weight_bytes = 0;
+  std::atomic<uint64_t> weight_budget{config::get_bytes("SHMCCL_OPS_WEIGHT_CACHE_BYTES")};
+  Stats stats;
+
+  dnnl::stream& thread_stream() {
+    thread_local std::optional<dnnl::stream> stream;
+    if (!stream) stream.emplace(engine);
+    return *stream;
+  }
+
+  std::shared_ptr<const CachedPrimitive> primitive(const PrimitiveKey& key) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto found = primitives.find(key);
+    if (found != primitives.end()) return found->second;
+    if (primitives.size() >= kMaxPrimitives) primitives.clear();
+    const memory::data_type type = dnnl_type(key.dtype);
+    memory::desc a_desc({key.m, key.k}, type, memory::dims{key.lda, 1});
+    memory::desc plain_weights({key.k, key.n}, type, Tag::ab);
+    memory::desc weights_query =
+        key.reordered_weights ? memory::desc({key.k, key.n}, type, Tag::any) : plain_weights;
+    memory::desc c_desc({key.m, key.n}, memory::data_type::f32, Tag::ab);
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_desc, weights_query, c_desc), engine);
+    auto entry = std::make_shared<const CachedPrimitive>(
+        CachedPrimitive{dnnl::matmul(pd), a_desc, pd.weights_desc(), plain_weights, c_desc});
+    ++stats.primitives_created;
+    primitives.emplace(key, entry);
+    return entry;
+  }
+
+  // The weight in `desc`'s layout, reordered (and converted from float16) at most once per
+  // version of the weight tensor.
+  memory cached_weight(const Tensor& weight, const MatmulShape& shape, const memory::desc& desc,
+                       const memory::desc& plain_desc) {
+    const detail::Storage* storage = weight.storage().get();
+    const size_t offset = weight.storage_offset_bytes();
+    const uint64_t version = weight.version();
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      for (auto it = weights.begin(); it != weights.end(); ++it) {
+        if (it->storage != storage || it->offset != offset || it->k != shape.k ||
+            it->n != shape.n || it->dtype != shape.dtype || it->desc != desc) {
+          continue;
+        }
+        if (it->alive.expired() || it->version != version) {
+          weight_bytes -= it->bytes;
+          weights.erase(it);
+          break;
+        }
+        weights.splice(weights.begin(), weights, it);
+        ++stats.weight_cache_hits;
+        return weights.front().reordered;
+      }
+    }
+    // Reorder outside the lock: other threads' GEMMs need not wait for it.
+    std::vector<float> converted;
+    void* source = weight.data_ptr();
+    if (shape.dtype == kFloat16) {
+      converted.resize(static_cast<size_t>(shape.k * shape.n));
+      kernels::cast(converted.data(), kFloat32, source, kFloat16, converted.size());
+      source = converted.data();
+    }
+    memory plain(plain_desc, engine, source);
+    memory reordered(desc, engine);
+    dnnl::stream& stream = thread_stream();
+    dnnl::reorder(plain, reordered).execute(stream, plain, reordered);
+    stream.wait();
+    const uint64_t bytes = desc.get_size();
+    std::lock_guard<std::mutex> lock(mutex);
+    const uint64_t budget = weight_budget.load();
+    ++stats.weight_reorders;
+    if (bytes > budget) return reordered;  // used once, not kept
+    while (weight_bytes + bytes > budget && !weights.empty()) {
+      weight_bytes -= weights.back().bytes;
+      weights.pop_back();
+    }
+    weights.push_front(CachedWeight{storage, weight.storage(), offset, shape.k, shape.n,
+                                    shape.dtype, version, desc, reordered, bytes});
+    weight_bytes += bytes;
+    return reordered;
+  }
+};
+
+MatmulEngine& MatmulEngine::instance() {
+  static MatmulEngine* engine = new MatmulEngine();  // never destroyed: used until exit
+  return *engine;
+}
+
+MatmulEngine::MatmulEngine() : impl_(std::make_unique<Impl>()) {}
+MatmulEngine::~MatmulEngine() = default;
+
+void MatmulEngine::matmul(const MatmulShape& shape, const void* a, int64_t lda,
+                          const Tensor& weight, float* c, int threads) {
+  SHMCCL_CHECK(shape.m >= 0 && shape.k >= 0 && shape.n >= 0, "matmul: negative shape");
+  if (shape.m == 0 || shape.n == 0) return;
+  if (shape.k == 0) {
+    std::fill(c, c + shape.m * shape.n, 0.0f);
+    return;
+  }
+  // Before any oneDNN work (the weight reorder too): it runs on this thread's OpenMP team.
+  if (threads > 1) {
+    if (g_forked_after_pool.load(std::memory_order_relaxed)) {
+      threads = 1;
+    } else {
+      note_pool_started();
+    }
+  }
+  omp_set_num_threads(threads);
+  // float16 weights are always converted (and so cached); the others only with a cache budget.
+  const bool reorder = shape.dtype == kFloat16 || impl_->weight_budget > 0;
+  const PrimitiveKey key{shape.m, shape.k, shape.n, lda, shape.dtype, reorder};
+  const std::shared_ptr<const CachedPrimitive> cached = impl_->primitive(key);
+  const CachedPrimitive& entry = *cached;
+  memory weights_memory =
+      reorder ? impl_->cached_weight(weight, shape, entry.weights_desc, entry.plain_weights_desc)
+              : memory(entry.plain_weights_desc, impl_->engine, weight.data_ptr());
+  memory a_memory(entry.a_desc, impl_->engine, const_cast<void*>(a));
+  memory c_memory(entry.c_desc, impl_->engine, c);
+  dnnl::stream& stream = impl_->thread_stream();
+  entry.primitive.execute(
+      stream,
+      {{DNNL_ARG_SRC, a_memory}, {DNNL_ARG_WEIGHTS, weights_memory}, {DNNL_ARG_DST, c_memory}});
+  stream.wait();
+}
+
+MatmulEngine::Stats MatmulEngine::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  Stats stats = impl_->stats;
+  stats.weight_cache_bytes = impl_->weight_bytes;
+  return stats;
+}
+
+void MatmulEngine::clear_caches() {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->primitives.clear();
+  impl_->weights.clear();
+  impl_->weight_bytes = 0;
+  impl_->weight_budget = config::get_bytes("SHMCCL_OPS_WEIGHT_CACHE_BYTES");
+}
+
+int default_gemm_threads() {
+  const int64_t configured = config::get_int("SHMCCL_OPS_THREADS");
+  if (configured > 0) return static_cast<int>(configured);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int cpus = 1;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) cpus = CPU_COUNT(&set);
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  // Bound to fewer CPUs than the host has: the launcher gave this rank its own.
+  if (online > 0 && cpus < online) return std::max(1, cpus);
+  int ranks = 1;
+  for (const char* name : {"LOCAL_WORLD_SIZE", "WORLD_SIZE"}) {
+    if (const char* value = std::getenv(name); value != nullptr && std::atoi(value) > 0) {
+      ranks = std::atoi(value);
+      break;
+    }
+  }
+  if (ranks == 1 && is_initialized()) ranks = get_world_size();
+  return std::max(1, cpus / ranks);
+}
+
+}  // namespace shmccl::ops

@@ -1,0 +1,389 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// npu_grouped_mat_mul_all_reduce against a float64 reference computed here: every split_item,
+// with and without bias, float16 / bfloat16 / float32, comm_turn 0 and > 0, at 1, 2, 3 and 4
+// ranks with real processes; the weight cache; and every argument error.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cmath>
+#include <random>
+
+#include "core/check.h"
+#include "core/config.h"
+#include "multiprocess.h"
+#include "ops/matmul_engine.h"
+#include "shmccl/shmccl.hpp"
+
+namespace shmccl {
+namespace {
+
+using testing::require;
+using testing::str;
+
+// Values exactly representable in `dtype` (so the reference sees what the kernel sees).
+std::vector<double> random_values(uint64_t seed, int64_t count, ScalarType dtype) {
+  std::mt19937_64 generator(seed);
+  std::uniform_real_distribution<double> uniform(-1.0, 1.0);
+  std::vector<double> values(static_cast<size_t>(count));
+  for (double& v : values)
+    v = uniform(generator);
+  return from_vector<double>(values).to(dtype).to(kFloat64).to_vector<double>();
+}
+
+ScalarType bias_type(ScalarType dtype) {
+  return dtype == kFloat16 ? kFloat16 : kFloat32;
+}
+
+double tolerance(ScalarType dtype) {
+  return dtype == kFloat32 ? 1e-4 : 1e-2;
+}
+
+// One group of the full (unsharded) problem: x [m, k_total], w [k_total, n], bias [n].
+struct FullGroup {
+  int64_t m, k_total, n;
+  std::vector<double> x, w, bias;
+};
+
+struct Case {
+  int64_t split_item;
+  ScalarType dtype;
+  bool bias;
+  int64_t comm_turn;
+  int64_t group_list_type = 0;
+  bool weight_3d = false;
+  std::vector<std::array<int64_t, 3>> shapes;  // per group: m, k per rank, n
+};
+
+std::vector<FullGroup> make_problem(const Case& c, int world, uint64_t seed) {
+  std::vector<FullGroup> groups;
+  for (size_t g = 0; g < c.shapes.size(); ++g) {
+    FullGroup group{c.shapes[g][0], c.shapes[g][1] * world, c.shapes[g][2], {}, {}, {}};
+    group.x = random_values(seed * 101 + g * 3, group.m * group.k_total, c.dtype);
+    group.w = random_values(seed * 101 + g * 3 + 1, group.k_total * group.n, c.dtype);
+    if (c.bias) group.bias = random_values(seed * 101 + g * 3 + 2, group.n, bias_type(c.dtype));
+    groups.push_back(std::move(group));
+  }
+  return groups;
+}
+
+// This rank's column shard of x (rows m, columns [rank*k, (rank+1)*k)).
+std::vector<double> x_shard(const FullGroup& g, int rank, int world) {
+  const int64_t k = g.k_total / world;
+  std::vector<double> shard;
+  for (int64_t row = 0; row < g.m; ++row)
+    for (int64_t col = 0; col < k; ++col)
+      shard.push_back(g.x[static_cast<size_t>(row * g.k_total + rank * k + col)]);
+  return shard;
+}
+
+std::vector<double> w_shard(const FullGroup& g, int rank, int world) {
+  const int64_t k = g.k_total / world;
+  auto begin = g.w.begin() + rank * k * g.n;
+  return std::vector<double>(begin, begin + k * g.n);
+}
+
+std::vector<double> reference(const FullGroup& g) {
+  std::vector<double> y(static_cast<size_t>(g.m * g.n), 0.0);
+  for (int64_t i = 0; i < g.m; ++i)
+    for (int64_t p = 0; p < g.k_total; ++p) {
+      const double a = g.x[static_cast<size_t>(i * g.k_total + p)];
+      for (int64_t j = 0; j < g.n; ++j)
+        y[static_cast<size_t>(i * g.n + j)] += a * g.w[static_cast<size_t>(p * g.n + j)];
+    }
+  if (!g.bias.empty())
+    for (int64_t i = 0; i < g.m; ++i)
+      for (int64_t j = 0; j < g.n; ++j)
+        y[static_cast<size_t>(i * g.n + j)] += g.bias[static_cast<size_t>(j)];
+  return y;
+}
+
+Tensor npu_tensor(const std::vector<double>& values, const std::vector<int64_t>& shape,
+                  ScalarType dtype) {
+  return from_vector<double>(values, shape).to(dtype).npu();
+}
+
+std::vector<double> concat(const std::vector<std::vector<double>>& parts) {
+  std::vector<double> all;
+  for (const auto& part : parts)
+    all.insert(all.end(), part.begin(), part.end());
+  return all;
+}
+
+// Max |y - ref| relative to max |ref|.
+void require_matches(const Tensor& y, const std::vector<double>& expected, ScalarType dtype,
+                     const std::string& what) {
+  require(y.numel() == static_cast<int64_t>(expected.size()),
+          str(what, ": ", y.numel(), " elements, expected ", expected.size()));
+  require(y.dtype() == dtype, str(what, ": dtype ", y.dtype(), ", expected ", dtype));
+  const std::vector<double> got = y.cpu().to(kFloat64).to_vector<double>();
+  double max_error = 0, max_ref = 1e-30;
+  for (size_t i = 0; i < got.size(); ++i) {
+    max_error = std::max(max_error, std::abs(got[i] - expected[i]));
+    max_ref = std::max(max_ref, std::abs(expected[i]));
+  }
+  require(max_error / max_ref < tolerance(dtype),
+          str(what, ": relative error ", max_error / max_ref, " (max error ", max_error,
+              ", max |ref| ", max_ref, ") exceeds ", tolerance(dtype)));
+}
+
+// Runs `c` on this rank and checks every output.
+void run_case(const Case& c, int rank, int world, uint64_t seed) {
+  const std::vector<FullGroup> groups = make_problem(c, world, seed);
+  const bool split_x = c.split_item == 1 || c.split_item == 3;
+  const bool single_y = c.split_item == 2 || c.split_item == 3;
+  std::vector<Tensor> x, w, bias;
+  std::vector<int64_t> group_list;
+  std::vector<std::vector<double>> x_parts, w_parts;
+  int64_t rows = 0;
+  for (const FullGroup& g : groups) {
+    const int64_t k = g.k_total / world;
+    x_parts.push_back(x_shard(g, rank, world));
+    w_parts.push_back(w_shard(g, rank, world));
+    if (!split_x) x.push_back(npu_tensor(x_parts.back(), {g.m, k}, c.dtype));
+    if (!c.weight_3d) w.push_back(npu_tensor(w_parts.back(), {k, g.n}, c.dtype));
+    if (c.bias) bias.push_back(npu_tensor(g.bias, {g.n}, bias_type(c.dtype)));
+    rows += g.m;
+    group_list.push_back(c.group_list_type == 0 ? rows : g.m);
+  }
+  const int64_t k0 = groups[0].k_total / world;
+  if (split_x) x.push_back(npu_tensor(concat(x_parts), {rows, k0}, c.dtype));
+  if (c.weight_3d) {
+    w.push_back(npu_tensor(concat(w_parts), {static_cast<int64_t>(groups.size()), k0, groups[0].n},
+                           c.dtype));
+  }
+  GroupedMatmulAllReduceOptions options;
+  options.bias = bias;
+  if (split_x) options.group_list = group_list;
+  options.split_item = c.split_item;
+  options.comm_turn = c.comm_turn;
+  options.group_list_type = c.group_list_type;
+  std::vector<Tensor> y =
+      npu_grouped_mat_mul_all_reduce(x, w, default_group()->comm_name(), options);
+
+  const std::string what = str("split_item ", c.split_item, " dtype ", c.dtype, " bias ", c.bias,
+                               " comm_turn ", c.comm_turn, " rank ", rank, "/", world);
+  if (single_y) {
+    require(y.size() == 1, str(what, ": ", y.size(), " outputs, expected 1"));
+    require(y[0].sizes() == std::vector<int64_t>{rows, groups[0].n},
+            detail::concat(what, ": output shape ", y[0].sizes()));
+    std::vector<std::vector<double>> refs;
+    for (const FullGroup& g : groups)
+      refs.push_back(reference(g));
+    require_matches(y[0], concat(refs), c.dtype, what);
+  } else {
+    require(y.size() == groups.size(), str(what, ": ", y.size(), " outputs"));
+    for (size_t i = 0; i < groups.size(); ++i) {
+      require(y[i].sizes() == std::vector<int64_t>{groups[i].m, groups[i].n},
+              detail::concat(what, ": y[", i, "] shape ", y[i].sizes()));
+      require_matches(y[i], reference(groups[i]), c.dtype, str(what, " y[", i, "]"));
+    }
+  }
+}
+
+std::vector<Case> all_cases() {
+  std::vector<Case> cases;
+  // The seed example's shapes (per rank k halves when the world doubles; here k is per rank).
+  const std::vector<std::array<int64_t, 3>> varied{{32, 64, 32}, {0, 16, 8}, {24, 32, 64}};
+  const std::vector<std::array<int64_t, 3>> same_k{{10, 48, 16}, {20, 48, 24}, {0, 48, 8}};
+  const std::vector<std::array<int64_t, 3>> same_kn{{10, 40, 16}, {0, 40, 16}, {33, 40, 16}};
+  for (ScalarType dtype : {kFloat16, kBFloat16, kFloat32}) {
+    for (bool bias : {false, true}) {
+      for (int64_t turn : {0, 3}) {
+        cases.push_back({0, dtype, bias, turn, 0, false, varied});
+        cases.push_back({1, dtype, bias, turn, 0, false, same_k});
+        cases.push_back({2, dtype, bias, turn, 0, false, {{7, 24, 16}, {0, 40, 16}, {30, 8, 16}}});
+        cases.push_back({3, dtype, bias, turn, 0, false, same_kn});
+      }
+    }
+    cases.push_back({3, dtype, true, 0, 0, true, same_kn});   // one 3-D weight
+    cases.push_back({1, dtype, true, 2, 1, false, same_k});   // row counts
+    cases.push_back({3, dtype, false, 5, 1, true, same_kn});  // both
+  }
+  // Big enough for oneDNN's threads, several automatic rounds and rows cut between rounds.
+  cases.push_back({0, kBFloat16, true, 0, 0, false, {{300, 256, 520}, {64, 128, 1000}}});
+  cases.push_back({1, kFloat32, true, 7, 0, false, {{130, 64, 300}, {257, 64, 200}}});
+  cases.push_back({3, kFloat16, true, 0, 0, true, {{200, 96, 512}, {180, 96, 512}}});
+  return cases;
+}
+
+class GroupedMatmulAllReduceTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(GroupedMatmulAllReduceTest, MatchesFloat64Reference) {
+  const int world = GetParam();
+  auto results = testing::run_ranks(world, [](const testing::RankContext& ctx) {
+    npu::set_device(ctx.rank % npu::device_count());
+    ctx.init();
+    uint64_t seed = 1;
+    for (const Case& c : all_cases())
+      run_case(c, ctx.rank, ctx.world, seed++);
+    destroy_process_group();
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+}
+
+TEST_P(GroupedMatmulAllReduceTest, SubGroupAndRepeatedCalls) {
+  const int world = GetParam();
+  auto results = testing::run_ranks(world, [](const testing::RankContext& ctx) {
+    npu::set_device(ctx.rank % npu::device_count());
+    ctx.init();
+    // A sub-group of the odd ranks (or everyone at 1 rank) runs its own operator.
+    std::vector<int> members;
+    for (int r = ctx.world > 1 ? 1 : 0; r<ctx.world; r += ctx.world> 1 ? 2 : 1)
+      members.push_back(r);
+    ProcessGroupPtr group = new_group(members);
+    if (group) {
+      const int sub_rank = group->rank();
+      const int sub_world = group->size();
+      const Case c{0, kBFloat16, true, 0, 0, false, {{16, 32, 16}}};
+      const std::vector<FullGroup> groups = make_problem(c, sub_world, 77);
+      Tensor x = npu_tensor(x_shard(groups[0], sub_rank, sub_world), {16, 32}, kBFloat16);
+      Tensor w = npu_tensor(w_shard(groups[0], sub_rank, sub_world), {32, 16}, kBFloat16);
+      Tensor b = npu_tensor(groups[0].bias, {16}, kFloat32);
+      for (int call = 0; call < 3; ++call) {
+        auto y = npu_grouped_mat_mul_all_reduce({x}, {w}, group->comm_name(), {.bias = {b}});
+        require_matches(y[0], reference(groups[0]), kBFloat16, str("sub-group call ", call));
+      }
+    }
+    destroy_process_group();
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, GroupedMatmulAllReduceTest, ::testing::Values(1, 2, 3, 4),
+                         [](const auto& info) { return std::to_string(info.param) + "ranks"; });
+
+// Single-process tests: a group of one.
+class GroupedMatmulSingleRank : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    InitOptions options;
+    options.rank = 0;
+    options.world_size = 1;
+    options.job_id = testing::unique_job_id();
+    init_process_group(options);
+  }
+  static void TearDownTestSuite() { destroy_process_group(); }
+  std::string hcomm() const { return default_group()->comm_name(); }
+};
+
+TEST_F(GroupedMatmulSingleRank, WeightCacheHitsAndNoticesWrites) {
+  auto& engine = ops::MatmulEngine::instance();
+  engine.clear_caches();
+  const Case c{0, kBFloat16, false, 0, 0, false, {{8, 64, 32}}};
+  std::vector<FullGroup> groups = make_problem(c, 1, 5);
+  Tensor x = npu_tensor(groups[0].x, {8, 64}, kBFloat16);
+  Tensor w = npu_tensor(groups[0].w, {64, 32}, kBFloat16);
+  auto y = npu_grouped_mat_mul_all_reduce({x}, {w}, hcomm());
+  require_matches(y[0], reference(groups[0]), kBFloat16, "first call");
+  const auto first = engine.stats();
+  EXPECT_EQ(first.weight_reorders, 1u);
+  EXPECT_EQ(first.primitives_created, 1u);
+  y = npu_grouped_mat_mul_all_reduce({x}, {w}, hcomm());
+  const auto second = engine.stats();
+  EXPECT_EQ(second.weight_reorders, 1u);  // the same weight again: reused
+  EXPECT_EQ(second.weight_cache_hits, first.weight_cache_hits + 1);
+  EXPECT_EQ(second.primitives_created, 1u);
+  // A write to the weight through the library must not be answered from the cache.
+  groups[0].w = random_values(99, 64 * 32, kBFloat16);
+  w.copy_(from_vector<double>(groups[0].w, {64, 32}));
+  y = npu_grouped_mat_mul_all_reduce({x}, {w}, hcomm());
+  require_matches(y[0], reference(groups[0]), kBFloat16, "after the weight changed");
+  EXPECT_EQ(engine.stats().weight_reorders, 2u);
+}
+
+TEST_F(GroupedMatmulSingleRank, GroupedMatmulWithoutCommunication) {
+  const Case c{2, kFloat16, true, 0, 0, false, {{5, 16, 8}, {7, 24, 8}}};
+  const std::vector<FullGroup> groups = make_problem(c, 1, 11);
+  std::vector<Tensor> x, w, b;
+  for (const FullGroup& g : groups) {
+    x.push_back(npu_tensor(g.x, {g.m, g.k_total}, kFloat16));
+    w.push_back(npu_tensor(g.w, {g.k_total, g.n}, kFloat16));
+    b.push_back(npu_tensor(g.bias, {g.n}, kFloat16));
+  }
+  auto y = npu_grouped_matmul(x, w, {.bias = b, .split_item = 2});
+  ASSERT_EQ(y.size(), 1u);
+  require_matches(y[0], concat({reference(groups[0]), reference(groups[1])}), kFloat16, "no comm");
+}
+
+// The error message of `call`, or "" when it did not throw shmccl::Error.
+template <typename Call>
+std::string error_of(Call call) {
+  try {
+    call();
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "";
+}
+
+TEST_F(GroupedMatmulSingleRank, EveryConstraintHasAClearError) {
+  const auto t = [](std::vector<int64_t> shape, ScalarType dtype = kBFloat16) {
+    return zeros(shape, dtype).npu();
+  };
+  const std::string name = hcomm();
+  using V = std::vector<Tensor>;
+  const auto call = [&](const V& x, const V& w, GroupedMatmulAllReduceOptions options = {}) {
+    return error_of([&] { npu_grouped_mat_mul_all_reduce(x, w, name, options); });
+  };
+  const auto has = [](const std::string& message, const std::string& text) {
+    return message.find(text) != std::string::npos;
+  };
+  EXPECT_TRUE(has(call({}, {t({4, 4})}), "Neither x nor weight could be empty."));
+  EXPECT_TRUE(has(call({t({4, 4})}, {}), "Neither x nor weight could be empty."));
+  EXPECT_TRUE(has(call({t({4, 4})}, {t({4, 4})}, {.split_item = 5}),
+                  "The given split_item [5] is invalid, which must be one of 0/1/2/3"));
+  EXPECT_TRUE(has(call({t({4, 4})}, {t({4, 4})}, {.reduce_op = "max"}),
+                  "reduce_op [max] is not supported, which must be sum"));
+  EXPECT_TRUE(has(call({t({4, 4})}, {t({4, 4})}, {.comm_turn = -1}), "comm_turn [-1]"));
+  EXPECT_TRUE(has(call({t({4, 4})}, {t({4, 4})}, {.group_list_type = 2}), "group_list_type 2"));
+  EXPECT_TRUE(has(error_of([&] {
+                    npu_grouped_mat_mul_all_reduce({t({4, 4})}, {t({4, 4})}, "nope");
+                  }),
+                  "nope"));
+  V many(65, t({1, 4}));
+  V many_w(65, t({4, 4}));
+  EXPECT_TRUE(has(call(many, many_w), "x has 65 elements; at most 64 are supported"));
+  // x count vs split_item.
+  EXPECT_TRUE(has(call({t({4, 4}), t({4, 4})}, {t({4, 4})}), "takes one x per weight"));
+  EXPECT_TRUE(has(
+      call({t({4, 4}), t({4, 4})}, {t({4, 4}), t({4, 4})}, {.group_list = {2, 4}, .split_item = 1}),
+      "takes x as one tensor split by group_list, but x has 2 tensors"));
+  // group_list present / absent, its length and its sum.
+  EXPECT_TRUE(has(call({t({4, 4})}, {t({4, 4})}, {.group_list = {4}}),
+                  "group_list must be empty when split_item is 0"));
+  EXPECT_TRUE(has(call({t({4, 4})}, {t({4, 4})}, {.split_item = 1}), "which must not be empty"));
+  EXPECT_TRUE(has(call({t({4, 4})}, {t({4, 4})}, {.group_list = {2, 4}, .split_item = 1}),
+                  "group_list has 2 elements but there are 1 weights"));
+  EXPECT_TRUE(
+      has(call({t({4, 4})}, {t({4, 4}), t({4, 4})}, {.group_list = {1, 3}, .split_item = 1}),
+          "ends at row 3 but x has 4 rows"));
+  EXPECT_TRUE(
+      has(call({t({4, 4})}, {t({4, 4}), t({4, 4})}, {.group_list = {3, 1}, .split_item = 1}),
+          "must be non-decreasing"));
+  EXPECT_TRUE(has(call({t({4, 4})}, {t({4, 4}), t({4, 4})},
+                       {.group_list = {3, 2}, .split_item = 1, .group_list_type = 1}),
+                  "sums to 5 but x has 4 rows"));
+  // bias count, shape and dtype.
+  EXPECT_TRUE(has(call({t({4, 4})}, {t({4, 4})}, {.bias = {t({4}, kFloat32), t({4}, kFloat32)}}),
+                  "bias has 2 tensors but weight has 1"));
+  EXPECT_TRUE(has(call({t({4, 4})}, {t({4, 6})}, {.bias = {t({4}, kFloat32)}}),
+                  "bias[0] must have shape [6]"));
+  EXPECT_TRUE(has(call({t({4, 4})}, {t({4, 4})}, {.bias = {t({4}, kBFloat16)}}),
+                  "bias[0] has dtype bfloat16 but x is bfloat16, which takes a float32 bias"));
+  // m/k/n agreement.
+  EXPECT_TRUE(has(call({t({4, 5})}, {t({4, 4})}), "has k = 5 columns but weight[0] has 4 rows"));
+  EXPECT_TRUE(has(call({t({4, 4}), t({2, 4})}, {t({4, 4}), t({4, 8})}, {.split_item = 2}),
+                  "so all n must be equal"));
+  EXPECT_TRUE(has(call({t({4})}, {t({4, 4})}), "x[0] must be 2-D"));
+  // dtypes.
+  EXPECT_TRUE(
+      has(call({t({4, 4})}, {t({4, 4}, kFloat16)}), "x and weight must have the same dtype"));
+  EXPECT_TRUE(has(call({t({4, 4}, kInt32)}, {t({4, 4}, kInt32)}), "supported are float16"));
+  // Host tensors and unknown communicators.
+  EXPECT_TRUE(has(call({zeros({4, 4}, kBFloat16)}, {t({4, 4})}), "x[0] is a host tensor"));
+  EXPECT_TRUE(has(call({t({4, 4})}, {zeros({4, 4}, kBFloat16)}), "weight[0] is a host tensor"));
+}
+
+}  // namespace
+}  // namespace shmccl
