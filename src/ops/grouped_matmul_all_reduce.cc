@@ -82,17 +82,20 @@ std::vector<Round> make_rounds(const GroupedMatmulPlan& plan, int64_t count) {
 class GroupedMatmulRunner {
  public:
   GroupedMatmulRunner(const GroupedMatmulPlan& plan, ProcessGroup* group)
-      : plan_(plan),
-        group_(group),
-        engine_(ops::MatmulEngine::instance()),
-        threads_(ops::default_gemm_threads()) {}
+      : plan_(plan), group_(group), engine_(ops::MatmulEngine::instance()) {}
 
   void run(int64_t comm_turn) {
     if (plan_.partial_elements == 0) return;
     partial_ = empty({plan_.partial_elements}, kFloat32, Device::npu(plan_.device));
     prepare_biases();
     const bool communicate = group_ != nullptr && group_->size() > 1;
-    const int64_t count = comm_turn > 0 ? comm_turn : (communicate ? auto_rounds(plan_) : 1);
+    // Communication is CPU work here: it overlaps the GEMMs only on a CPU of its own. Without
+    // one (a rank per core or more), rounds would just take turns with the GEMMs on the same
+    // core, so the operator sends everything in one all-reduce after the GEMMs.
+    const int cpus = ops::cpu_share();
+    int64_t count = comm_turn;
+    if (count == 0) count = communicate && cpus >= 2 ? auto_rounds(plan_) : 1;
+    threads_ = ops::gemm_threads(communicate && count > 1 && cpus >= 2 ? cpus - 1 : cpus);
     const std::vector<Round> rounds = make_rounds(plan_, count);
     // The all-reduce of round r runs on the communication stream while round r+1's GEMMs run
     // here; each round's epilogue runs once its sums are in.
@@ -202,7 +205,7 @@ class GroupedMatmulRunner {
   const GroupedMatmulPlan& plan_;
   ProcessGroup* group_;
   ops::MatmulEngine& engine_;
-  int threads_;
+  int threads_ = 1;
   Tensor partial_;
   std::vector<std::vector<float>> biases_;
   std::vector<float> converted_x_;

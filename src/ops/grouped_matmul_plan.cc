@@ -1,6 +1,7 @@
 // Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
 #include "ops/grouped_matmul_plan.h"
 
+#include <ostream>
 #include <string>
 
 #include "core/check.h"
@@ -8,8 +9,13 @@
 namespace shmccl::ops {
 namespace {
 
-std::string name_of(const char* list, size_t index) {
-  return detail::concat(list, "[", index, "]");
+// Names a list element in messages: "weight[2]".
+struct Element {
+  const char* list;
+  size_t index;
+};
+std::ostream& operator<<(std::ostream& out, const Element& element) {
+  return out << element.list << "[" << element.index << "]";
 }
 
 void check_list_length(const char* op, const char* list, size_t length) {
@@ -17,7 +23,7 @@ void check_list_length(const char* op, const char* list, size_t length) {
                    " elements; at most ", kMaxGroupedTensors, " are supported");
 }
 
-void check_npu(const char* op, const Tensor& tensor, const std::string& name, int device) {
+void check_npu(const char* op, const Tensor& tensor, const Element& name, int device) {
   SHMCCL_CHECK_ARG(tensor.defined(), op, ": ", name, " is an undefined tensor");
   SHMCCL_CHECK_ARG(tensor.is_npu(), op, ": ", name,
                    " is a host tensor; x, weight and bias must be NPU tensors");
@@ -99,7 +105,7 @@ GroupedMatmulPlan plan_grouped_matmul(const GroupedMatmulArgs& args) {
   std::vector<Tensor> weights;
   if (args.split_item == 3 && args.weight.size() == 1 && args.weight[0].defined() &&
       args.weight[0].dim() == 3) {
-    check_npu(op, args.weight[0], "weight[0]", plan.device);
+    check_npu(op, args.weight[0], Element{"weight", 0}, plan.device);
     for (int64_t g = 0; g < args.weight[0].size(0); ++g)
       weights.push_back(args.weight[0][g]);
     SHMCCL_CHECK_ARG(!weights.empty(), op, ": Neither x nor weight could be empty.");
@@ -127,7 +133,7 @@ GroupedMatmulPlan plan_grouped_matmul(const GroupedMatmulArgs& args) {
                    "; bias must be empty or one per group");
 
   for (size_t i = 0; i < args.x.size(); ++i) {
-    const std::string name = name_of("x", i);
+    const Element name{"x", i};
     check_npu(op, args.x[i], name, plan.device);
     SHMCCL_CHECK_ARG(args.x[i].dtype() == plan.dtype, op, ": ", name, " has dtype ",
                      args.x[i].dtype(), " but x[0] has ", plan.dtype, "; all x must agree");
@@ -135,7 +141,7 @@ GroupedMatmulPlan plan_grouped_matmul(const GroupedMatmulArgs& args) {
                      args.x[i].sizes());
   }
   for (size_t i = 0; i < group_num; ++i) {
-    const std::string name = name_of("weight", i);
+    const Element name{"weight", i};
     check_npu(op, weights[i], name, plan.device);
     SHMCCL_CHECK_ARG(weights[i].dtype() == plan.dtype, op, ": ", name, " has dtype ",
                      weights[i].dtype(), " but x has ", plan.dtype,
@@ -145,7 +151,7 @@ GroupedMatmulPlan plan_grouped_matmul(const GroupedMatmulArgs& args) {
   }
   const ScalarType bias_dtype = bias_dtype_for(plan.dtype);
   for (size_t i = 0; i < args.bias.size(); ++i) {
-    const std::string name = name_of("bias", i);
+    const Element name{"bias", i};
     check_npu(op, args.bias[i], name, plan.device);
     SHMCCL_CHECK_ARG(args.bias[i].dtype() == bias_dtype, op, ": ", name, " has dtype ",
                      args.bias[i].dtype(), " but x is ", plan.dtype, ", which takes a ", bias_dtype,

@@ -242,25 +242,31 @@ void MatmulEngine::clear_caches() {
   impl_->weight_budget = config::get_bytes("SHMCCL_OPS_WEIGHT_CACHE_BYTES");
 }
 
-int default_gemm_threads() {
-  const int64_t configured = config::get_int("SHMCCL_OPS_THREADS");
-  if (configured > 0) return static_cast<int>(configured);
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  int cpus = 1;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) cpus = CPU_COUNT(&set);
-  const long online = sysconf(_SC_NPROCESSORS_ONLN);
-  // Bound to fewer CPUs than the host has: the launcher gave this rank its own.
-  if (online > 0 && cpus < online) return std::max(1, cpus);
-  int ranks = 1;
-  for (const char* name : {"LOCAL_WORLD_SIZE", "WORLD_SIZE"}) {
-    if (const char* value = std::getenv(name); value != nullptr && std::atoi(value) > 0) {
-      ranks = std::atoi(value);
-      break;
+int cpu_share() {
+  static const int share = [] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    int cpus = 1;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) cpus = CPU_COUNT(&set);
+    const long online = sysconf(_SC_NPROCESSORS_ONLN);
+    // Bound to fewer CPUs than the host has: the launcher gave this rank its own.
+    if (online > 0 && cpus < online) return std::max(1, cpus);
+    int ranks = 1;
+    for (const char* name : {"LOCAL_WORLD_SIZE", "WORLD_SIZE"}) {
+      if (const char* value = std::getenv(name); value != nullptr && std::atoi(value) > 0) {
+        ranks = std::atoi(value);
+        break;
+      }
     }
-  }
-  if (ranks == 1 && is_initialized()) ranks = get_world_size();
-  return std::max(1, cpus / ranks);
+    if (ranks == 1 && is_initialized()) ranks = get_world_size();
+    return std::max(1, cpus / ranks);
+  }();
+  return share;
+}
+
+int gemm_threads(int cpus) {
+  const int64_t configured = config::get_int("SHMCCL_OPS_THREADS");
+  return configured > 0 ? static_cast<int>(configured) : std::max(1, cpus);
 }
 
 }  // namespace shmccl::ops

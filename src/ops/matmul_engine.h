@@ -54,9 +54,12 @@ class MatmulEngine {
   std::unique_ptr<Impl> impl_;
 };
 
-// Threads one rank's GEMMs may use: SHMCCL_OPS_THREADS if set, else the CPUs this process may run
-// on shared among the ranks of the job on this host (LOCAL_WORLD_SIZE, WORLD_SIZE) when they all
-// see the same CPUs.
-int default_gemm_threads();
+// This rank's share of the host's CPUs: the CPUs it may run on, divided among the ranks of the job
+// on this host (LOCAL_WORLD_SIZE, WORLD_SIZE) when they all see the same CPUs; at least 1.
+// Computed once per process.
+int cpu_share();
+
+// Threads one rank's GEMMs use: SHMCCL_OPS_THREADS if set, else `cpus`.
+int gemm_threads(int cpus = cpu_share());
 
 }  // namespace shmccl::ops
