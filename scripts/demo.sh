@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Builds shmccl and runs the demo: shmrun launching the seed examples (uneven all-gather and
 # reduce-scatter with split sizes [2, 3] on 2 ranks, oneflow's concat/stack all-gather) and a
-# tour of every collective on 4 ranks. Each example checks its own result.
+# tour of every collective on 4 ranks, and MindSpeed's fused grouped matmul + all-reduce on 2.
+# Each example checks its own result.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/install-deps.sh
 cmake -S . -B build -DSHMCCL_BUILD_TESTS=OFF -DSHMCCL_BUILD_BENCHMARKS=OFF >/dev/null
 cmake --build build -j "$(nproc)" --target shmrun all_gather_uneven reduce_scatter_uneven \
-  all_gather_concat_stack collectives_tour >/dev/null
+  all_gather_concat_stack collectives_tour grouped_matmul_all_reduce >/dev/null
 
 shmrun=build/src/launcher/shmrun
 examples=build/examples
@@ -18,4 +19,6 @@ for example in all_gather_uneven reduce_scatter_uneven all_gather_concat_stack; 
 done
 echo "== shmrun --nproc-per-node 4 collectives_tour"
 "$shmrun" --nproc-per-node 4 "$examples/collectives_tour"
+echo "== shmrun --nproc-per-node 2 grouped_matmul_all_reduce"
+"$shmrun" --nproc-per-node 2 "$examples/grouped_matmul_all_reduce"
 echo "demo: every example gave the expected result"
