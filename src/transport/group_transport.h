@@ -13,6 +13,8 @@
 // run on any thread.
 #pragma once
 
+#include <sched.h>
+
 #include <sys/types.h>
 
 #include <atomic>
@@ -99,7 +101,12 @@ class GroupTransport {
         if (ready()) return true;
         cpu_relax();
       }
-      if (Clock::now() - start > spin_budget_ || !healthy()) return false;
+      const auto spun = Clock::now() - start;
+      if (spun > spin_budget_ || !healthy()) return false;
+      // A peer that lost its core to another program may be runnable on ours: past a short
+      // pure spin, offer the core now and then (a yield with nothing else runnable costs well
+      // under a microsecond; without it the peer waited out the whole spin budget, ~1 ms).
+      if (spun > kPureSpin) sched_yield();
     }
   }
 
@@ -111,6 +118,7 @@ class GroupTransport {
   std::vector<pid_t> peer_pids_;
   std::vector<PeerMonitor::WatchId> watches_;
   bool oversubscribed_ = false;
+  static constexpr std::chrono::microseconds kPureSpin{20};
   std::chrono::nanoseconds spin_budget_{0};
   std::chrono::nanoseconds yield_budget_{0};
 
