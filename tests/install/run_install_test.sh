@@ -7,9 +7,13 @@ prefix="$work/prefix"
 cmake --install "$build_dir" --prefix "$prefix" >/dev/null
 
 for path in include/shmccl/shmccl.hpp lib/libshmccl.so lib/libshmccl.a \
-            lib/cmake/shmccl/shmcclConfig.cmake lib/pkgconfig/shmccl.pc bin/shmrun; do
+            lib/cmake/shmccl/shmcclConfig.cmake lib/pkgconfig/shmccl.pc bin/shmrun \
+            bin/shmccl-perf; do
   [ -e "$prefix/$path" ] || { echo "missing from the install: $path" >&2; exit 1; }
 done
+# The installed tools run from the prefix (shmccl-perf alone is a job of one rank).
+"$prefix/bin/shmrun" --version >/dev/null
+"$prefix/bin/shmccl-perf" -o all_gather_uneven -b 8 -e 1K -f 8 -n 1 -w 0 >/dev/null
 
 flags=""
 case "$sanitize" in
