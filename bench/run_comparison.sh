@@ -16,7 +16,7 @@
 #     --no-bind         do not bind ranks to cores (by default every library's ranks are bound
 #                       to one core each when they fit, and left unbound when they outnumber cores)
 #     --max-bytes N, --budget S, --cutoff S, --max-repetitions R   the method's settings
-#     --timeout S       limit per binary run (default: 1800 s; a run cut short keeps its rows)
+#     --timeout S       limit per binary run (default: 900 s; a run cut short keeps its rows)
 # Needs the benchmarks built (cmake -DSHMCCL_BUILD_BENCHMARKS=ON); the peers run when
 # build/bench/shmccl_peer_{openmpi,mpich}_bench exist. Plots need matplotlib for python3
 # (Debian: apt-get install -y python3-matplotlib); without it they are skipped with a message.
@@ -26,7 +26,7 @@ repo=$(dirname "$here")
 
 original=("$@")
 build=build ranks=() positional=() out="" plots="" no_plots=0 quick=0 filter="" peers=1 bind=1
-timeout_s=1800
+timeout_s=900
 method=()
 while [ $# -gt 0 ]; do
   case "$1" in
