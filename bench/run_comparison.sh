@@ -79,8 +79,8 @@ if [ "$(id -u)" -eq 0 ]; then
 fi
 # The peers' best shared-memory settings on this machine (docs/performance.md, "Peers"):
 # Open MPI: ob1 + vader (shared memory) with CMA single copy (no xpmem/knem here); it yields
-# by itself when oversubscribed. MPICH: Debian's ch4:ucx build with its defaults (ch4 POSIX
-# shared memory); no setting we tried changed it beyond noise.
+# by itself when oversubscribed. MPICH: Debian's ch4:ucx build with its defaults; no setting we
+# tried changed it beyond noise.
 openmpi_run=(mpirun.openmpi --oversubscribe --mca pml ob1 --mca btl self,vader
              --mca btl_vader_single_copy_mechanism cma)
 mpich_run=(mpiexec.mpich)
