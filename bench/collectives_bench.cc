@@ -1,144 +1,213 @@
 // Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
 //
-// Collective benchmarks, reported as nccl-tests does: time, algbw, busbw (GB/s), and busbw as a
-// fraction of this machine's memcpy rate at the same size (measured by this binary, rank 0 alone).
-//   SHMCCL_BENCH_RANKS=4 shmccl_collectives_bench --benchmark_filter=AllGather
-//   shmrun --nproc-per-node 4 shmccl_collectives_bench
-// Sizes (nccl-tests' meaning): all-gather = output bytes per rank, reduce-scatter = input bytes
+// shmccl's collective benchmarks, reported as nccl-tests does, with the method of bench_method.h
+// (median over ranks and repetitions, every result checked once). One benchmark per op, variant
+// and size, named BM_<Op>[/<dtype>]/<npu|host>/<sync|async>/<out|in>/<bytes>, e.g.
+//   shmrun --nproc-per-node 4 shmccl_collectives_bench --benchmark_filter='BM_AllGatherUneven/npu/'
+//   SHMCCL_BENCH_RANKS=2 shmccl_collectives_bench --bench_max_bytes=1M   (forks the ranks itself)
+// Sizes have nccl-tests' meaning: all-gather = output bytes per rank, reduce-scatter = input bytes
 // per rank, all-reduce and broadcast = buffer bytes. Uneven splits: rank r gets r + 1 shares.
-#include <cstring>
+// In place: the all-gather input is the rank's slice of the output; the reduce-scatter output is
+// the rank's slice of the input; all-reduce and broadcast are in place by their API.
+// Counters: time_us (the median), slowest_us, algbw and busbw (GB/s), limit (busbw / memcpy
+// GB/s of rank 0 at the same size, measured by this binary first), memcpy, bytes, ranks, samples.
+#include <algorithm>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "bench_launch.h"
 
 namespace shmccl::bench {
 namespace {
 
-std::map<int64_t, double> g_memcpy_gbps;  // rank 0's memcpy rate per size
+struct Context {
+  ShmcclComm comm;
+  Options options;
+  Cutoffs cutoffs;
+  std::map<int64_t, double> memcpy_gbps;
+  int world = 1;
+  int rank = 0;
+};
 
-double memcpy_rate(int64_t bytes) {
-  std::vector<char> source(static_cast<size_t>(bytes), 1), destination(static_cast<size_t>(bytes));
-  const int64_t iterations = iterations_for(bytes);
-  std::memcpy(destination.data(), source.data(), static_cast<size_t>(bytes));  // warm up
-  const auto start = std::chrono::steady_clock::now();
-  for (int64_t i = 0; i < iterations; ++i) {
-    std::memcpy(destination.data(), source.data(), static_cast<size_t>(bytes));
-    benchmark::DoNotOptimize(destination.data());
-    benchmark::ClobberMemory();
-  }
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return static_cast<double>(bytes) * static_cast<double>(iterations) / seconds / 1e9;
+Context& context() {
+  static Context instance;
+  return instance;
 }
 
-enum class Op { kAllGatherUneven, kReduceScatterUneven, kAllReduce, kBroadcast };
+struct Variant {
+  std::string family;
+  Collective op;
+  ScalarType dtype;
+  bool on_npu;
+  bool async;
+  bool in_place;
+};
 
-const char* op_name(Op op) {
-  switch (op) {
-    case Op::kAllGatherUneven:
-      return "AllGatherUneven";
-    case Op::kReduceScatterUneven:
-      return "ReduceScatterUneven";
-    case Op::kAllReduce:
-      return "AllReduce";
-    case Op::kBroadcast:
-      return "Broadcast";
-  }
-  return "?";
+Device device_of(const Variant& variant) {
+  return variant.on_npu ? Device::npu(npu::current_device()) : Device::cpu();
 }
 
-double bus_factor(Op op, int world) {
-  const double n = world;
-  switch (op) {
-    case Op::kAllGatherUneven:
-    case Op::kReduceScatterUneven:
-      return (n - 1) / n;
-    case Op::kAllReduce:
-      return 2 * (n - 1) / n;
-    case Op::kBroadcast:
-      return 1;
-  }
-  return 1;
+// Waits for an asynchronous collective (a synchronous one is complete on return).
+void finish(const Variant& variant, const std::shared_ptr<Work>& work) {
+  if (variant.async) work->wait();
 }
 
-void run_collective(benchmark::State& state, Op op, int64_t bytes, bool on_npu, ScalarType dtype,
-                    int world, int rank) {
-  const Device device = on_npu ? Device::npu(npu::current_device()) : Device::cpu();
-  const int64_t element = static_cast<int64_t>(element_size(dtype));
-  const int64_t count = std::max<int64_t>(bytes / element, world);
-  const auto splits = linear_splits(count, world);
-  Tensor input, output;
-  switch (op) {
-    case Op::kAllGatherUneven:
-      input = ones({splits[static_cast<size_t>(rank)]}, dtype, device);
-      output = zeros({count}, dtype, device);
-      break;
-    case Op::kReduceScatterUneven:
-      input = ones({count}, dtype, device);
-      output = zeros({splits[static_cast<size_t>(rank)]}, dtype, device);
-      break;
-    case Op::kAllReduce:
-    case Op::kBroadcast:
-      input = ones({count}, dtype, device);
-      break;
-  }
-  auto once = [&] {
-    switch (op) {
-      case Op::kAllGatherUneven:
-        all_gather_into_tensor_uneven(output, input, splits);
-        break;
-      case Op::kReduceScatterUneven:
-        reduce_scatter_tensor_uneven(output, input, splits);
-        break;
-      case Op::kAllReduce:
-        all_reduce(input);
-        break;
-      case Op::kBroadcast:
-        broadcast(input, 0);
-        break;
-    }
+// True when every element of `tensor` equals `expected` (read on the host, in its own dtype).
+bool holds(const Tensor& tensor, double expected) {
+  if (tensor.numel() == 0) return true;
+  return visit_dtype(tensor.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const std::vector<T> values = tensor.to_vector<T>();
+    const double want = static_cast<double>(static_cast<T>(expected));
+    return std::all_of(values.begin(), values.end(),
+                       [&](T value) { return static_cast<double>(value) == want; });
+  });
+}
+
+std::vector<int64_t> offsets_of(const std::vector<int64_t>& splits) {
+  std::vector<int64_t> offsets(splits.size(), 0);
+  for (size_t r = 1; r < splits.size(); ++r)
+    offsets[r] = offsets[r - 1] + splits[r - 1];
+  return offsets;
+}
+
+Benchmark describe(const Variant& variant, int64_t bytes, int64_t count) {
+  const Context& ctx = context();
+  Benchmark bench;
+  bench.family = variant.family;
+  bench.op = variant.op;
+  bench.world = ctx.world;
+  bench.bytes = bytes;
+  bench.real_bytes = count * static_cast<int64_t>(element_size(variant.dtype));
+  bench.memcpy_gbps = ctx.memcpy_gbps.at(bytes);
+  return bench;
+}
+
+// ---- one function per op: buffers with known values, the call, the check ----
+
+void all_gather_uneven(benchmark::State& state, const Variant& variant, int64_t bytes) {
+  Context& ctx = context();
+  const int64_t count =
+      element_count(bytes, static_cast<int64_t>(element_size(variant.dtype)), ctx.world);
+  const auto splits = linear_splits(count, ctx.world);
+  const auto offsets = offsets_of(splits);
+  const auto mine = static_cast<size_t>(ctx.rank);
+  Tensor output = full({count}, -1, variant.dtype, device_of(variant));
+  Tensor input = variant.in_place ? output.narrow(0, offsets[mine], splits[mine])
+                                  : empty({splits[mine]}, variant.dtype, device_of(variant));
+  input.fill_(ctx.rank + 1);
+  auto call = [&] {
+    finish(variant, all_gather_into_tensor_uneven(output, input, splits, nullptr, variant.async));
   };
-  once();  // warm up: maps peers' arenas, faults pages in
-  once();
-  for (auto _ : state)
-    state.SetIterationTime(timed_max_over_ranks(once));
-  const double real_bytes = static_cast<double>(count * element);
-  state.SetBytesProcessed(static_cast<int64_t>(real_bytes) * state.iterations());
-  state.counters["algbw_GBps"] =
-      benchmark::Counter(real_bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["busbw_GBps"] = benchmark::Counter(real_bytes * bus_factor(op, world) / 1e9,
-                                                    benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["memcpy_GBps"] = g_memcpy_gbps[bytes];
-  state.counters["ranks"] = world;
+  auto check = [&] {
+    for (int r = 0; r < ctx.world; ++r) {
+      const auto index = static_cast<size_t>(r);
+      if (!holds(output.narrow(0, offsets[index], splits[index]), r + 1)) return false;
+    }
+    return true;
+  };
+  run_benchmark(state, ctx.comm, ctx.options, ctx.cutoffs, describe(variant, bytes, count), call,
+                check, [] {});
 }
 
-void register_all(int world, int rank) {
-  std::vector<int64_t> sizes;
-  for (int64_t size = 8; size <= (int64_t{128} << 20); size *= 4)
-    sizes.push_back(size);
-  sizes.push_back(int64_t{256} << 20);
-  // The memcpy limit, measured once per size by rank 0 while the others wait.
-  for (int64_t size : sizes) {
-    double rate = 0;
-    if (rank == 0) rate = memcpy_rate(size);
-    Tensor shared = full({1}, rate, kFloat64);
-    broadcast(shared, 0);
-    g_memcpy_gbps[size] = shared.data_ptr<double>()[0];
-  }
-  for (Op op : {Op::kAllGatherUneven, Op::kReduceScatterUneven, Op::kAllReduce, Op::kBroadcast}) {
-    for (bool on_npu : {true, false}) {
-      for (int64_t size : sizes) {
-        const std::string name = std::string("BM_") + op_name(op) + (on_npu ? "/npu" : "/host") +
-                                 "/ranks:" + std::to_string(world) +
-                                 "/bytes:" + std::to_string(size);
-        benchmark::RegisterBenchmark(name.c_str(),
-                                     [=](benchmark::State& state) {
-                                       run_collective(state, op, size, on_npu, kFloat32, world,
-                                                      rank);
-                                     })
-            ->Iterations(iterations_for(size))
-            ->UseManualTime()
-            ->Unit(benchmark::kMicrosecond);
+void reduce_scatter_uneven(benchmark::State& state, const Variant& variant, int64_t bytes) {
+  Context& ctx = context();
+  const int64_t count =
+      element_count(bytes, static_cast<int64_t>(element_size(variant.dtype)), ctx.world);
+  const auto splits = linear_splits(count, ctx.world);
+  const auto offsets = offsets_of(splits);
+  const auto mine = static_cast<size_t>(ctx.rank);
+  Tensor input = full({count}, ctx.rank + 1, variant.dtype, device_of(variant));
+  Tensor output = variant.in_place ? input.narrow(0, offsets[mine], splits[mine])
+                                   : full({splits[mine]}, -1, variant.dtype, device_of(variant));
+  auto call = [&] {
+    finish(variant, reduce_scatter_tensor_uneven(output, input, splits, ReduceOp::SUM, nullptr,
+                                                 variant.async));
+  };
+  auto check = [&] { return holds(output, ctx.world * (ctx.world + 1) / 2); };
+  // Zeros for timing: repeated in-place sums stay finite.
+  run_benchmark(state, ctx.comm, ctx.options, ctx.cutoffs, describe(variant, bytes, count), call,
+                check, [&] { input.zero_(); });
+}
+
+void all_reduce_in_place(benchmark::State& state, const Variant& variant, int64_t bytes) {
+  Context& ctx = context();
+  const int64_t count =
+      element_count(bytes, static_cast<int64_t>(element_size(variant.dtype)), ctx.world);
+  Tensor tensor = full({count}, ctx.rank + 1, variant.dtype, device_of(variant));
+  auto call = [&] { finish(variant, all_reduce(tensor, ReduceOp::SUM, nullptr, variant.async)); };
+  auto check = [&] { return holds(tensor, ctx.world * (ctx.world + 1) / 2); };
+  run_benchmark(state, ctx.comm, ctx.options, ctx.cutoffs, describe(variant, bytes, count), call,
+                check, [&] { tensor.zero_(); });
+}
+
+void broadcast_in_place(benchmark::State& state, const Variant& variant, int64_t bytes) {
+  Context& ctx = context();
+  const int64_t count =
+      element_count(bytes, static_cast<int64_t>(element_size(variant.dtype)), ctx.world);
+  Tensor tensor = full({count}, ctx.rank == 0 ? 7 : -1, variant.dtype, device_of(variant));
+  auto call = [&] { finish(variant, broadcast(tensor, 0, nullptr, variant.async)); };
+  auto check = [&] { return holds(tensor, 7); };
+  run_benchmark(state, ctx.comm, ctx.options, ctx.cutoffs, describe(variant, bytes, count), call,
+                check, [] {});
+}
+
+// The ops: a new one is a function above and a row here.
+struct OpRow {
+  const char* name;
+  Collective op;
+  std::vector<ScalarType> dtypes;  // more than one: the dtype is part of the name
+  std::vector<bool> in_place;      // the forms the API has
+  void (*run)(benchmark::State&, const Variant&, int64_t);
+};
+
+const std::vector<OpRow>& op_table() {
+  static const std::vector<OpRow> rows = {
+      {"AllGatherUneven",
+       Collective::kAllGatherUneven,
+       {kFloat32},
+       {false, true},
+       all_gather_uneven},
+      {"ReduceScatterUneven",
+       Collective::kReduceScatterUneven,
+       {kFloat32, kBFloat16},
+       {false, true},
+       reduce_scatter_uneven},
+      {"AllReduce", Collective::kAllReduce, {kFloat32}, {true}, all_reduce_in_place},
+      {"Broadcast", Collective::kBroadcast, {kFloat32}, {true}, broadcast_in_place},
+  };
+  return rows;
+}
+
+void register_all(const Options& options, int world, int rank) {
+  Context& ctx = context();
+  ctx.options = options;
+  ctx.world = world;
+  ctx.rank = rank;
+  ctx.memcpy_gbps = measure_memcpy(ctx.comm, rank, options);
+  warm_up(ctx.comm);
+  const std::vector<int64_t> all_sizes = sizes(options);
+  for (const OpRow& row : op_table()) {
+    for (ScalarType dtype : row.dtypes) {
+      for (bool on_npu : {true, false}) {
+        for (bool async : {false, true}) {
+          for (bool in_place : row.in_place) {
+            Variant variant{"", row.op, dtype, on_npu, async, in_place};
+            variant.family = std::string("BM_") + row.name +
+                             (row.dtypes.size() > 1 ? std::string("/") + dtype_name(dtype) : "") +
+                             (on_npu ? "/npu" : "/host") + (async ? "/async" : "/sync") +
+                             (in_place ? "/in" : "/out");
+            auto* bench = benchmark::RegisterBenchmark(
+                variant.family.c_str(), [run = row.run, variant](benchmark::State& state) {
+                  run(state, variant, state.range(0));
+                  npu::empty_cache();  // the next size starts from a clean device
+                });
+            bench->Iterations(1)->UseManualTime()->Unit(benchmark::kMicrosecond);
+            for (int64_t size : all_sizes)
+              bench->Arg(size);
+          }
+        }
       }
     }
   }

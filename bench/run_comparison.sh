@@ -1,27 +1,168 @@
 #!/usr/bin/env bash
-# Runs shmccl's collective benchmarks and the MPI peer benchmark back to back, for each rank
-# count, and prints one markdown table per op and rank count (see docs/performance.md).
-#   bench/run_comparison.sh [BUILD_DIR] [RANKS...]      e.g. bench/run_comparison.sh build 2 4 8
+# Runs shmccl's collective benchmarks and the MPI peer benchmarks back to back, for each rank
+# count, and prints one report (bench/compare.py): per op, ranks and size, each library's median
+# latency and busbw and shmccl's ratio to each peer, then writes busbw-against-size plots.
+# See docs/performance.md ("How to run the comparison").
+#
+#   bench/run_comparison.sh [options] [BUILD_DIR [RANKS...]]
+#     --quick           sizes up to 1 MiB and 0.01 s per benchmark: a few minutes in all
+#     --build DIR       the build directory (default: build)
+#     --ranks "2 4 8"   the rank counts (default: 2 4 8)
+#     --out DIR         raw JSON, logs and report.md (default: /tmp/shmccl-compare-<time>)
+#     --plots DIR       the PNGs (default: docs/plots for a full run, OUT/plots for --quick)
+#     --no-plots        no PNGs
+#     --filter REGEX    which shmccl benchmarks to run (default: all of them)
+#     --no-peers        shmccl only
+#     --no-bind         do not bind ranks to cores (by default every library's ranks are bound
+#                       to one core each when they fit, and left unbound when they outnumber cores)
+#     --max-bytes N, --budget S, --cutoff S, --max-repetitions R   the method's settings
+#     --timeout S       limit per binary run (default: 900 s; a run cut short keeps its rows)
+# Needs the benchmarks built (cmake -DSHMCCL_BUILD_BENCHMARKS=ON); the peers run when
+# build/bench/shmccl_peer_{openmpi,mpich}_bench exist. Plots need matplotlib for python3
+# (Debian: apt-get install -y python3-matplotlib); without it they are skipped with a message.
 set -euo pipefail
-build=${1:-build}
-shift || true
-ranks=("$@")
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(dirname "$here")
+
+original=("$@")
+build=build ranks=() positional=() out="" plots="" no_plots=0 quick=0 filter="" peers=1 bind=1
+timeout_s=900
+method=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) quick=1 ;;
+    --build) build=$2; shift ;;
+    --ranks) read -r -a ranks <<< "$2"; shift ;;
+    --out) out=$2; shift ;;
+    --plots) plots=$2; shift ;;
+    --no-plots) no_plots=1 ;;
+    --filter) filter=$2; shift ;;
+    --no-peers) peers=0 ;;
+    --no-bind) bind=0 ;;
+    --max-bytes) method+=("--bench_max_bytes=$2"); shift ;;
+    --budget) method+=("--bench_budget=$2"); shift ;;
+    --cutoff) method+=("--bench_cutoff=$2"); shift ;;
+    --max-repetitions) method+=("--bench_max_repetitions=$2"); shift ;;
+    --timeout) timeout_s=$2; shift ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
+    *) positional+=("$1") ;;
+  esac
+  shift
+done
+if [ ${#positional[@]} -gt 0 ]; then  # the old form: BUILD_DIR [RANKS...]
+  build=${positional[0]}
+  ranks+=("${positional[@]:1}")
+fi
 [ ${#ranks[@]} -gt 0 ] || ranks=(2 4 8)
-out=$(mktemp -d /tmp/shmccl-compare.XXXXXX)
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# Open MPI's best shared-memory path here: ob1 + vader with CMA single copy.
-export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader
-filter=${SHMCCL_BENCH_FILTER:-/npu/}
-shmccl_files=() peer_files=()
-for n in "${ranks[@]}"; do
-  SHMCCL_BENCH_RANKS=$n "$build/bench/shmccl_collectives_bench" --benchmark_filter="$filter" \
-    --benchmark_out="$out/shmccl-$n.json" --benchmark_out_format=json >/dev/null
-  shmccl_files+=("$out/shmccl-$n.json")
-  if [ -x "$build/bench/shmccl_peer_mpi_bench" ]; then
-    mpirun --oversubscribe -np "$n" "$build/bench/shmccl_peer_mpi_bench" > "$out/openmpi-$n.csv"
-    peer_files+=("$out/openmpi-$n.csv")
+if [ $quick -eq 1 ]; then
+  # Defaults first: explicit --max-bytes/--budget/... given above come later and win.
+  method=(--bench_max_bytes=1M --bench_budget=0.01 --bench_max_repetitions=500
+          --bench_cutoff=0.5 "${method[@]}")
+fi
+out=${out:-/tmp/shmccl-compare-$(date +%Y%m%d-%H%M%S)}
+if [ -z "$plots" ]; then
+  if [ $quick -eq 1 ]; then plots=$out/plots; else plots=$repo/docs/plots; fi
+fi
+mkdir -p "$out"
+
+bench=$build/bench
+shmrun=$build/src/launcher/shmrun
+[ -x "$bench/shmccl_collectives_bench" ] || {
+  echo "$bench/shmccl_collectives_bench not found: build with -DSHMCCL_BUILD_BENCHMARKS=ON" >&2
+  exit 1
+}
+
+# Open MPI refuses to run as root unless told; more ranks than cores need --oversubscribe.
+if [ "$(id -u)" -eq 0 ]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+# The peers' best shared-memory settings on this machine (docs/performance.md, "Peers"):
+# Open MPI: ob1 + vader (shared memory) with CMA single copy (no xpmem/knem here); it yields
+# by itself when oversubscribed. MPICH: Debian's ch4:ucx build with its defaults; no setting we
+# tried changed it beyond noise.
+openmpi_run=(mpirun.openmpi --oversubscribe --mca pml ob1 --mca btl self,vader
+             --mca btl_vader_single_copy_mechanism cma)
+mpich_run=(mpiexec.mpich)
+# Binding, the same for every library: one core per rank when the ranks fit (what mpirun does
+# by default; unbound ranks that spin can be put on one core by the scheduler when the machine
+# is busy), none when they outnumber the cores.
+cores=$(nproc)
+# matplotlib may live in Debian's python3 while `python3` on PATH is another one.
+python=python3
+for candidate in python3 /usr/bin/python3; do
+  if command -v "$candidate" >/dev/null && "$candidate" -c 'import matplotlib' 2>/dev/null; then
+    python=$candidate
+    break
   fi
 done
-python3 "$(dirname "$0")/compare.py" --shmccl "${shmccl_files[@]}" --peer "${peer_files[@]}"
-echo
-echo "raw results: $out"
+
+{
+  echo "date: $(date -Iseconds)"
+  echo "host: $(uname -n), kernel $(uname -r), $(nproc) CPUs, $(lscpu 2>/dev/null |
+        sed -n 's/^Model name: *//p' | head -1)"
+  echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "git: $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo '?')"
+  echo "command: $0 ${original[*]:-} (method: ${method[*]:-defaults}; bind: $bind)"
+} > "$out/machine.txt"
+cat "$out/machine.txt"
+
+results=() failures=()
+started=$(date +%s)
+# run NAME COMMAND...: one benchmark binary, its console output in OUT/NAME.log.
+run() {
+  local name=$1
+  shift
+  local begin=$(date +%s) status=0
+  printf '%-22s ' "$name" >&2
+  timeout --kill-after=30 "$timeout_s" "$@" --benchmark_out="$out/$name.json" \
+    --benchmark_out_format=json --benchmark_color=false "${method[@]}" \
+    > "$out/$name.log" 2>&1 || status=$?
+  printf '%5ds  exit %d\n' $(( $(date +%s) - begin )) "$status" >&2
+  if [ -s "$out/$name.json" ]; then results+=("$out/$name.json"); fi
+  if [ "$status" -ne 0 ]; then failures+=("$name (exit $status, see $out/$name.log)"); fi
+}
+
+for n in "${ranks[@]}"; do
+  if [ $bind -eq 1 ] && [ "$n" -le "$cores" ]; then
+    shmccl_bind=(--numa-binding core) openmpi_bind=(--bind-to core) mpich_bind=(-bind-to core)
+  else
+    shmccl_bind=(--numa-binding none) openmpi_bind=(--bind-to none) mpich_bind=(-bind-to none)
+  fi
+  args=()
+  [ -z "$filter" ] || args+=("--benchmark_filter=$filter")
+  if [ -x "$shmrun" ]; then
+    run "shmccl-$n" "$shmrun" --nproc-per-node "$n" --standalone --no-prefix \
+      --local-ranks-filter 0 "${shmccl_bind[@]}" -- "$bench/shmccl_collectives_bench" "${args[@]}"
+  else
+    [ "${shmccl_bind[1]}" = none ] || export SHMCCL_BENCH_PIN=1
+    SHMCCL_BENCH_RANKS=$n run "shmccl-$n" "$bench/shmccl_collectives_bench" "${args[@]}"
+    unset SHMCCL_BENCH_PIN
+  fi
+  [ $peers -eq 1 ] || continue
+  if [ -x "$bench/shmccl_peer_openmpi_bench" ] && command -v mpirun.openmpi >/dev/null; then
+    run "openmpi-$n" "${openmpi_run[@]}" "${openmpi_bind[@]}" -np "$n" \
+      "$bench/shmccl_peer_openmpi_bench"
+  fi
+  if [ -x "$bench/shmccl_peer_mpich_bench" ] && command -v mpiexec.mpich >/dev/null; then
+    run "mpich-$n" "${mpich_run[@]}" "${mpich_bind[@]}" -n "$n" "$bench/shmccl_peer_mpich_bench"
+  fi
+done
+echo "benchmarks took $(( ($(date +%s) - started) / 60 )) min" >&2
+
+plot_args=()
+[ $no_plots -eq 1 ] || plot_args=(--plots "$plots")
+set +e
+{
+  echo "# shmccl against its peers"
+  echo
+  sed 's/^/    /' "$out/machine.txt"
+  echo
+  "$python" "$here/compare.py" "${plot_args[@]}" "${results[@]}"
+} | tee "$out/report.md"
+status=${PIPESTATUS[0]}
+set -e
+for failure in "${failures[@]}"; do echo "run failed: $failure" >&2; done
+echo >&2
+echo "report: $out/report.md; raw results and logs: $out" >&2
+[ ${#failures[@]} -eq 0 ] && [ "$status" -eq 0 ]
