@@ -159,7 +159,7 @@ void measure(benchmark::State& state, const std::string& key, double flops, Op&&
   state.counters["GFLOPs"] = flops / median / 1e9;
 }
 
-void register_all(int world, int rank) {
+void register_all(const Options& /*options*/, int world, int rank) {
   for (const Shape& shape : shapes()) {
     auto inputs = std::make_shared<Inputs>(make_inputs(shape, rank));
     const std::string base = std::string("BM_GroupedMatmulAllReduce/") + shape.name + "/";
