@@ -78,6 +78,12 @@ struct CachedWeight {
 
 constexpr size_t kMaxPrimitives = 4096;
 
+// A thread's source and destination memory objects for one primitive.
+struct ThreadMemories {
+  std::weak_ptr<const CachedPrimitive> primitive;  // the entry may be dropped from the cache
+  memory a, c;
+};
+
 // GNU OpenMP's thread pool does not survive fork(): a child that runs a parallel region on the
 // pool its parent started hangs. After such a fork the child's GEMMs run on one thread.
 std::atomic<bool> g_pool_started{false};
@@ -106,6 +112,20 @@ struct MatmulEngine::Impl {
   uint64_t weight_bytes = 0;
   std::atomic<uint64_t> weight_budget{config::get_bytes("SHMCCL_OPS_WEIGHT_CACHE_BYTES")};
   Stats stats;
+
+  ThreadMemories& thread_memories(const std::shared_ptr<const CachedPrimitive>& primitive) {
+    thread_local std::unordered_map<const CachedPrimitive*, ThreadMemories> memories;
+    auto found = memories.find(primitive.get());
+    // A freed entry's address may come back for a new primitive: check it is still the same.
+    if (found != memories.end() && found->second.primitive.lock() == primitive) {
+      return found->second;
+    }
+    if (memories.size() >= kMaxPrimitives) memories.clear();
+    ThreadMemories& entry = memories[primitive.get()];
+    entry = ThreadMemories{primitive, memory(primitive->a_desc, engine, DNNL_MEMORY_NONE),
+                           memory(primitive->c_desc, engine, DNNL_MEMORY_NONE)};
+    return entry;
+  }
 
   dnnl::stream& thread_stream() {
     thread_local std::optional<dnnl::stream> stream;
@@ -218,12 +238,15 @@ void MatmulEngine::matmul(const MatmulShape& shape, const void* a, int64_t lda,
   memory weights_memory =
       reorder ? impl_->cached_weight(weight, shape, entry.weights_desc, entry.plain_weights_desc)
               : memory(entry.plain_weights_desc, impl_->engine, weight.data_ptr());
-  memory a_memory(entry.a_desc, impl_->engine, const_cast<void*>(a));
-  memory c_memory(entry.c_desc, impl_->engine, c);
+  // Memory objects are made once per thread and primitive and re-pointed per call: creating
+  // them cost about as much as a seed-sized GEMM's arithmetic.
+  ThreadMemories& memories = impl_->thread_memories(cached);
+  memories.a.set_data_handle(const_cast<void*>(a));
+  memories.c.set_data_handle(c);
   dnnl::stream& stream = impl_->thread_stream();
   entry.primitive.execute(
       stream,
-      {{DNNL_ARG_SRC, a_memory}, {DNNL_ARG_WEIGHTS, weights_memory}, {DNNL_ARG_DST, c_memory}});
+      {{DNNL_ARG_SRC, memories.a}, {DNNL_ARG_WEIGHTS, weights_memory}, {DNNL_ARG_DST, memories.c}});
   stream.wait();
 }
 
