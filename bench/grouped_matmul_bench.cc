@@ -8,6 +8,8 @@
 //   unfused  npu_grouped_matmul, then all_reduce of each output (the sequence fusion replaces)
 //   fused    npu_grouped_mat_mul_all_reduce, comm_turn 0 (the operator pipelines)
 //   fused_turn1  the same with comm_turn 1 (one all-reduce after all GEMMs: no overlap)
+//   fused_turn4  comm_turn 4: four rounds, each all-reduced on the communication stream while
+//            the next round's GEMMs run
 // Every iteration starts after a barrier; its time is the slowest rank's. Counters: the median
 // iteration (us), GFLOP/s per rank at the median, and for gemm/fused the ratio to onednn /
 // unfused measured in the same run.
@@ -202,6 +204,12 @@ void register_all(const Options& /*options*/, int world, int rank) {
         "fused_turn1",
         [inputs, hcomm] {
           npu_grouped_mat_mul_all_reduce(inputs->x, inputs->w, hcomm, {.comm_turn = 1});
+        },
+        "unfused");
+    add(
+        "fused_turn4",
+        [inputs, hcomm] {
+          npu_grouped_mat_mul_all_reduce(inputs->x, inputs->w, hcomm, {.comm_turn = 4});
         },
         "unfused");
   }
