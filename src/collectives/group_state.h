@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/flight_recorder.h"
 #include "device/stream_impl.h"
 #include "shmccl/work.hpp"
 #include "transport/group_transport.h"
@@ -53,12 +54,16 @@ class GroupState {
   bool has_comm_stream() const { return comm_stream_ != nullptr; }
 
   // A failed group stays failed (its ranks may disagree on where the work pool stands): every
-  // later collective throws the first failure.
-  void mark_failed(const std::string& message);
+  // later collective throws the first failure. True when this was the first failure.
+  bool mark_failed(const std::string& message);
   void check_not_failed() const;
 
   // What synchronous collectives return: an already completed Work (no allocation per call).
   const std::shared_ptr<Work>& completed_work() const { return completed_work_; }
+
+  // This group's flight recorder ring; nullptr when the recorder is off
+  // (SHMCCL_TRACE_BUFFER_SIZE=0).
+  collectives::TraceRing* trace() const { return trace_.get(); }
 
  private:
   std::unique_ptr<transport::GroupTransport> transport_;
@@ -73,6 +78,7 @@ class GroupState {
   mutable std::mutex failure_mutex_;
   std::string failure_;
   std::shared_ptr<Work> completed_work_;
+  std::shared_ptr<collectives::TraceRing> trace_;
 };
 
 }  // namespace shmccl::detail

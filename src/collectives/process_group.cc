@@ -80,6 +80,8 @@ int ordering_device(const OpPlan& plan) {
 std::shared_ptr<Work> submit(detail::GroupState& state, OpPlan& plan, bool async_op) {
   state.check_not_failed();
   plan.sequence = state.next_sequence();
+  plan.async_op = async_op;
+  if (collectives::TraceRing* trace = state.trace()) trace->scheduled(plan, async_op);
   SHMCCL_TRACE(kColl, plan.name, " sequence ", plan.sequence, " on ", state.comm_name());
   const int device = ordering_device(plan);
   if (!async_op) {

@@ -3,12 +3,14 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <functional>
 
+#include "collectives/fault_injection.h"
 #include "core/check.h"
 #include "core/config.h"
 #include "core/logging.h"
@@ -151,6 +153,7 @@ std::unique_ptr<transport::GroupTransport> Rendezvous::connect_group(
     }
     transport = transport::GroupTransport::open(name, group_rank, group_size);
   }
+  fault::point(fault::Point::kRendezvous, job_.rank, ++groups_connected_);
   transport->wait_for_all_attached(deadline);
   return transport;
 }
@@ -158,15 +161,25 @@ std::unique_ptr<transport::GroupTransport> Rendezvous::connect_group(
 void Rendezvous::abandon() {
   if (job_.launcher_owns_namespace) return;
   if (auto* shm_store = dynamic_cast<transport::ShmStore*>(store_.get())) shm_store->unlink();
-  if (created_lock_) ::unlink(("/dev/shm/shmccl." + job_.ns + ".lock").c_str());
+  if (created_lock_) unlink_lock();
 }
 
 void Rendezvous::world_complete() {
-  const int64_t complete = store_->add(prefix_ + "complete", 1);
-  if (complete == job_.world_size) {
-    // Every rank has the store mapped; the last one removes the names.
-    if (auto* shm_store = dynamic_cast<transport::ShmStore*>(store_.get())) shm_store->unlink();
-    if (created_lock_) ::unlink(("/dev/shm/shmccl." + job_.ns + ".lock").c_str());
+  // Every rank attached to the default group's control block, so every rank has the store mapped
+  // and the lock open: the names can go now. Every rank removes them (whichever comes first), so
+  // a rank that dies right after attaching leaks nothing; each removal checks that the name still
+  // refers to this job's object (a fast rank may already be in its next init, with new ones).
+  if (auto* shm_store = dynamic_cast<transport::ShmStore*>(store_.get())) shm_store->unlink();
+  if (created_lock_) unlink_lock();
+}
+
+void Rendezvous::unlink_lock() {
+  const std::string path = "/dev/shm/shmccl." + job_.ns + ".lock";
+  struct stat ours {
+  }, current{};
+  if (::fstat(lock_fd_, &ours) == 0 && ::stat(path.c_str(), &current) == 0 &&
+      ours.st_dev == current.st_dev && ours.st_ino == current.st_ino) {
+    ::unlink(path.c_str());
   }
 }
 
