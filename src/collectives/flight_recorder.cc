@@ -186,19 +186,38 @@ std::string format_record(const TraceRing& ring, const TraceRecord& r, const Clo
   return out;
 }
 
-// Written in place (not through a temporary and a rename): a process may exit in the middle of a
-// dump, and a truncated file is better than a stray temporary one.
-bool write_file(const std::string& path, const std::string& text) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return false;
+bool write_all(int fd, const std::string& text) {
   size_t written = 0;
   while (written < text.size()) {
     const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
+    if (n <= 0) return false;
     written += static_cast<size_t>(n);
   }
-  return ::close(fd) == 0 && written == text.size();
+  return true;
+}
+
+// Replaces `path` atomically, so a reader sees the previous dump or the new one, never a partial
+// file. The new text is written into an unnamed file (O_TMPFILE), which gets a name only for the
+// instant between linkat and rename: a process that exits in the middle of a dump leaves nothing.
+bool write_file(const std::string& path, const std::string& text) {
+  std::string directory = path.substr(0, path.find_last_of('/') + 1);
+  if (directory.empty()) directory = ".";
+  const std::string temporary = path + ".tmp." + std::to_string(getpid());
+  int fd = ::open(directory.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+  const bool unnamed = fd >= 0;
+  if (!unnamed) fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  bool ok = write_all(fd, text);
+  if (ok && unnamed) {
+    const std::string self = "/proc/self/fd/" + std::to_string(fd);
+    ::unlink(temporary.c_str());
+    ok = ::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, temporary.c_str(), AT_SYMLINK_FOLLOW) == 0;
+  }
+  ok = ::close(fd) == 0 && ok;
+  ok = ok && ::rename(temporary.c_str(), path.c_str()) == 0;
+  if (!ok) ::unlink(temporary.c_str());
+  return ok;
 }
 
 }  // namespace

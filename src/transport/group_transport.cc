@@ -290,6 +290,11 @@ char* GroupTransport::resolve(const BufferRef& shared_ref, uint64_t bytes) const
   } catch (const Error& error) {
     // Usually the peer died while we were about to map its memory: say which rank it was.
     if (!healthy()) throw RemoteError(failure_message() + "; " + error.what());
+    // A peer whose memory is already gone is exiting; its exit is reported a moment later.
+    if (PeerMonitor::wait_for_exit(handle.pid, std::chrono::milliseconds(100))) {
+      throw RemoteError(
+          detail::concat("rank ", owner, " (pid ", handle.pid, ") died; ", error.what()));
+    }
     throw RemoteError(detail::concat("rank ", owner, " (pid ", handle.pid,
                                      "): cannot map its NPU memory: ", error.what()));
   }
