@@ -122,7 +122,10 @@ void GroupTransport::wait_for_all_attached(Clock::time_point deadline) {
   segment_.unlink();
   for (int r = 0; r < size_; ++r) {
     const pid_t pid = slots_[r].pid.load(std::memory_order_acquire);
-    SHMCCL_CHECK(pid > 0, "rank ", r, " attached without a pid");
+    if (pid <= 0) {
+      throw RemoteError(detail::concat("rank ", r, " attached to the group with pid ", pid,
+                                       ": the control block is corrupt"));
+    }
     peer_pids_[static_cast<size_t>(r)] = pid;
   }
   // Only now watch: a callback (on the monitor thread) reads peer_pids_, which must be complete
@@ -174,6 +177,9 @@ std::string GroupTransport::failure_message() const {
     char reason[sizeof(header_->abort_reason) + 1] = {};
     std::memcpy(reason, header_->abort_reason, sizeof(header_->abort_reason));
     reason[sizeof(header_->abort_reason)] = '\0';
+    for (char& c : reason) {  // shared memory: whatever is there must print as text
+      if (c != '\0' && (c < 0x20 || c > 0x7e)) c = '?';
+    }
     return detail::concat("the group was aborted by rank ", header_->abort_rank, ": ", reason);
   }
   std::lock_guard<std::mutex> lock(failure_mutex_);
