@@ -110,7 +110,14 @@ Rendezvous::Rendezvous(JobInfo job) : job_(std::move(job)) {
       ::flock(lock_fd_, LOCK_SH);
     }
   }
-  store_ = transport::ShmStore::open_or_create(job_.ns, job_.timeout);
+  try {
+    store_ = transport::ShmStore::open_or_create(job_.ns, job_.timeout);
+  } catch (...) {
+    // No store (a full /dev/shm...): nothing of this rank may stay behind.
+    if (created_lock_) unlink_lock();
+    if (lock_fd_ >= 0) ::close(lock_fd_);
+    throw;
+  }
   prefix_ = "g" + std::to_string(++g_generation) + "/";
   const int64_t claims = store_->add(prefix_ + "rank/" + std::to_string(job_.rank), 1);
   if (claims != 1) {
@@ -139,7 +146,17 @@ std::unique_ptr<transport::GroupTransport> Rendezvous::connect_group(
     const std::string name =
         transport::segment_name(job_.ns, prefix_.substr(0, prefix_.size() - 1) + "." + key + "." +
                                              transport::random_token());
-    transport = transport::GroupTransport::create(name, group_rank, group_size);
+    try {
+      transport = transport::GroupTransport::create(name, group_rank, group_size);
+    } catch (const Error& error) {
+      // Tell the other members at once (they would wait for the timeout otherwise): a value that
+      // is not a segment name, "!<kind>:<message>", which they rethrow.
+      const bool full = dynamic_cast<const OutOfMemoryError*>(&error) != nullptr;
+      const std::string what = error.what();
+      store_->set(name_key, (full ? "!oom:" : "!error:") +
+                                what.substr(0, transport::ShmStore::kMaxValueSize - 16));
+      throw;
+    }
     store_->set(name_key, name);
   } else {
     std::string name;
@@ -150,6 +167,14 @@ std::unique_ptr<transport::GroupTransport> Rendezvous::connect_group(
       throw TimeoutError(detail::concat(
           "init: rank ", global_ranks[0], " (the first rank of group ", key,
           ") did not arrive within ", timeout.count(), " ms; job '", job_.job_id, "'"));
+    }
+    if (!name.empty() && name[0] == '!') {
+      const size_t colon = name.find(':');
+      const std::string message = detail::concat(
+          "rank ", global_ranks[0], " could not create group ", key,
+          "'s control block: ", name.substr(colon == std::string::npos ? 1 : colon + 1));
+      if (name.rfind("!oom:", 0) == 0) throw OutOfMemoryError(message);
+      throw RemoteError(message);
     }
     transport = transport::GroupTransport::open(name, group_rank, group_size);
   }
