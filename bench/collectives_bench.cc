@@ -6,10 +6,12 @@
 //   shmrun --nproc-per-node 4 shmccl_collectives_bench
 // Sizes (nccl-tests' meaning): all-gather = output bytes per rank, reduce-scatter = input bytes
 // per rank, all-reduce and broadcast = buffer bytes. Uneven splits: rank r gets r + 1 shares.
+#include <algorithm>
 #include <cstring>
 #include <map>
 
 #include "bench_launch.h"
+#include "collectives/group_state.h"
 
 namespace shmccl::bench {
 namespace {
@@ -112,7 +114,78 @@ void run_collective(benchmark::State& state, Op op, int64_t bytes, bool on_npu, 
   state.counters["ranks"] = world;
 }
 
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values.empty() ? 0 : values[values.size() / 2];
+}
+
+// The flight recorder's cost on the smallest collectives, in one run: blocks of kBlock collectives
+// with the recorder active and suspended alternate in the same processes on the same buffers
+// (the machine's drift hits both alike); the counters are the medians per collective, the
+// slowest rank's, in microseconds, and the overhead in percent.
+void run_recorder_overhead(benchmark::State& state, Op op, int world, int rank) {
+  constexpr int kBlock = 200;
+  const int64_t count = std::max<int64_t>(8 / 4, world);
+  const auto splits = linear_splits(count, world);
+  const Device device = Device::npu(npu::current_device());
+  Tensor gather_in = ones({splits[static_cast<size_t>(rank)]}, kFloat32, device);
+  Tensor gather_out = zeros({count}, kFloat32, device);
+  Tensor full_buffer = ones({count}, kFloat32, device);
+  Tensor scatter_out = zeros({splits[static_cast<size_t>(rank)]}, kFloat32, device);
+  auto once = [&] {
+    switch (op) {
+      case Op::kAllGatherUneven:
+        all_gather_into_tensor_uneven(gather_out, gather_in, splits);
+        break;
+      case Op::kReduceScatterUneven:
+        reduce_scatter_tensor_uneven(scatter_out, full_buffer, splits);
+        break;
+      case Op::kAllReduce:
+        all_reduce(full_buffer);
+        break;
+      case Op::kBroadcast:
+        broadcast(full_buffer, 0);
+        break;
+    }
+  };
+  detail::GroupState& group = default_group()->state();
+  std::vector<double> on, off;
+  int64_t round = 0;
+  for (int i = 0; i < 20; ++i)
+    once();
+  for (auto _ : state) {
+    double both = 0;
+    // Alternate which half goes first, so that an order effect cancels out.
+    const bool first = (round++ % 2) == 0;
+    for (bool active : {first, !first}) {
+      group.set_trace_active(active);
+      const double seconds = timed_max_over_ranks([&] {
+        for (int i = 0; i < kBlock; ++i)
+          once();
+      });
+      (active ? on : off).push_back(seconds / kBlock * 1e6);
+      both += seconds;
+    }
+    state.SetIterationTime(both / (2 * kBlock));
+  }
+  group.set_trace_active(true);
+  state.counters["recorder_on_us"] = median(on);
+  state.counters["recorder_off_us"] = median(off);
+  state.counters["overhead_pct"] = (median(on) / median(off) - 1) * 100;
+  state.counters["ranks"] = world;
+}
+
 void register_all(int world, int rank) {
+  for (Op op : {Op::kAllGatherUneven, Op::kReduceScatterUneven, Op::kAllReduce}) {
+    const std::string name = std::string("BM_RecorderOverhead/") + op_name(op) +
+                             "/npu/ranks:" + std::to_string(world) + "/bytes:8";
+    benchmark::RegisterBenchmark(
+        name.c_str(),
+        [=](benchmark::State& state) { run_recorder_overhead(state, op, world, rank); })
+        ->Iterations(400)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
+  }
   std::vector<int64_t> sizes;
   for (int64_t size = 8; size <= (int64_t{128} << 20); size *= 4)
     sizes.push_back(size);

@@ -317,8 +317,9 @@ std::string describe(const OpDescriptor& descriptor) {
 
 namespace {
 
-// The collective itself (execute() adds tracing and failure handling around it).
-void run(detail::GroupState& state, const OpPlan& plan) {
+// The collective itself (execute() adds tracing and failure handling around it). True when it
+// ran the work pool (false: the data travelled inline).
+bool run(detail::GroupState& state, const OpPlan& plan) {
   transport::GroupTransport& transport = state.transport();
   transport.check_healthy();
   const int rank = transport.rank();
@@ -395,27 +396,35 @@ void run(detail::GroupState& state, const OpPlan& plan) {
     algorithm.finish_inline(context);
     fault::point(fault::Point::kMidCopy, me, sequence);
   } else {
+    // Work-pool collectives are long enough to afford precise times.
+    if (state.trace() != nullptr && !plan.async_op) state.trace()->started(sequence);
     run_pool(state, context, algorithm, timeout);
     if (pool->copy_out) copy_out(plan, *pool);
   }
   fault::point(fault::Point::kAfterCopy, me, sequence);
+  return !inline_payload;
 }
 
 }  // namespace
 
 void execute(detail::GroupState& state, const OpPlan& plan) {
   TraceRing* trace = state.trace();
+  state.set_executing(plan.sequence);
   if (trace != nullptr && plan.async_op) trace->started(plan.sequence);
+  auto record_failure = [&] {
+    if (trace != nullptr) trace->finished(plan.sequence, false, true);
+  };
   try {
     state.check_not_failed();
   } catch (const Error&) {
-    if (trace != nullptr) trace->finished(plan.sequence, false);
+    record_failure();
     throw;
   }
+  bool pooled = false;
   try {
-    run(state, plan);
+    pooled = run(state, plan);
   } catch (const Error& error) {
-    if (trace != nullptr) trace->finished(plan.sequence, false);
+    record_failure();
     if (state.mark_failed(error.what())) {
       SHMCCL_WARN(kColl, "group ", state.comm_name(), ": ", error.what());
       FlightRecorder::instance().dump(
@@ -423,7 +432,7 @@ void execute(detail::GroupState& state, const OpPlan& plan) {
     }
     throw;
   }
-  if (trace != nullptr) trace->finished(plan.sequence, true);
+  if (trace != nullptr) trace->finished(plan.sequence, true, pooled || plan.async_op);
 }
 
 const Algorithm& algorithm_for(OpKind kind) {

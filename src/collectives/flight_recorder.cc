@@ -6,12 +6,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <fstream>
+#include <tuple>
 
 #include "collectives/trace_dumper.h"
 #include "core/check.h"
@@ -20,32 +21,6 @@
 #include "shmccl/dtype.hpp"
 
 namespace shmccl::collectives {
-
-namespace trace_clock {
-
-bool g_use_tsc = false;
-
-uint64_t steady_ns() noexcept {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
-}
-
-namespace {
-
-// The TSC is a usable clock when it ticks at a constant rate in every power state.
-bool invariant_tsc() {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  for (std::string line; std::getline(cpuinfo, line);) {
-    if (line.rfind("flags", 0) != 0) continue;
-    return line.find(" constant_tsc") != std::string::npos &&
-           line.find(" nonstop_tsc") != std::string::npos;
-  }
-  return false;
-}
-
-}  // namespace
-}  // namespace trace_clock
 
 namespace {
 
@@ -81,57 +56,41 @@ bool reduces(OpKind kind) {
   return kind == OpKind::kReduceScatter || kind == OpKind::kAllReduce;
 }
 
-// Converts trace_clock readings to wall-clock nanoseconds, calibrated between the recorder's
-// creation and now.
+// Converts CLOCK_MONOTONIC readings to wall-clock time.
 struct ClockMapping {
-  uint64_t origin_ticks = 0;
-  uint64_t origin_steady = 0;
-  double ns_per_tick = 1.0;
-  int64_t wall_minus_steady = 0;  // system_clock ns - steady_clock ns, now
+  int64_t wall_minus_monotonic = 0;  // system_clock ns - steady_clock ns, now
 
-  uint64_t wall_ns(uint64_t ticks) const {
-    const double since =
-        (static_cast<double>(ticks) - static_cast<double>(origin_ticks)) * ns_per_tick;
-    return static_cast<uint64_t>(static_cast<double>(origin_steady) + since +
-                                 static_cast<double>(wall_minus_steady));
+  uint64_t wall_ns(uint64_t monotonic) const {
+    return static_cast<uint64_t>(static_cast<int64_t>(monotonic) + wall_minus_monotonic);
   }
-  double elapsed_us(uint64_t from, uint64_t to) const {
-    return (static_cast<double>(to) - static_cast<double>(from)) * ns_per_tick / 1e3;
+  static double elapsed_us(uint64_t from, uint64_t to) {
+    return (static_cast<double>(to) - static_cast<double>(from)) / 1e3;
   }
 };
 
-uint64_t g_origin_ticks = 0;
-uint64_t g_origin_steady = 0;
-
 ClockMapping clock_mapping() {
   ClockMapping mapping;
-  mapping.origin_ticks = g_origin_ticks;
-  mapping.origin_steady = g_origin_steady;
-  if (trace_clock::g_use_tsc) {
-    // Calibrate over at least 5 ms (a dump right after start-up waits that long, once).
-    uint64_t steady = trace_clock::steady_ns();
-    while (steady - g_origin_steady < 5'000'000)
-      steady = trace_clock::steady_ns();
-    const uint64_t ticks = __rdtsc();
-    mapping.ns_per_tick =
-        static_cast<double>(steady - g_origin_steady) / static_cast<double>(ticks - g_origin_ticks);
-  }
   const auto wall = std::chrono::duration_cast<std::chrono::nanoseconds>(
                         std::chrono::system_clock::now().time_since_epoch())
                         .count();
-  mapping.wall_minus_steady = wall - static_cast<int64_t>(trace_clock::steady_ns());
+  mapping.wall_minus_monotonic = wall - static_cast<int64_t>(trace_clock::precise());
   return mapping;
 }
 
-// "2026-11-22T12:00:00.123456" (local time).
-std::string format_wall(uint64_t wall_ns) {
+// "2026-11-22T12:00:00.123456" (local time); `digits` 6 (us) or 3 (ms, for coarse times).
+std::string format_wall(uint64_t wall_ns, int digits = 6) {
   const std::time_t seconds = static_cast<std::time_t>(wall_ns / 1'000'000'000);
   std::tm local{};
   localtime_r(&seconds, &local);
   char text[48];
   const size_t n = std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%S", &local);
-  std::snprintf(text + n, sizeof(text) - n, ".%06llu",
-                static_cast<unsigned long long>(wall_ns % 1'000'000'000 / 1000));
+  if (digits == 3) {
+    std::snprintf(text + n, sizeof(text) - n, ".%03llu",
+                  static_cast<unsigned long long>(wall_ns % 1'000'000'000 / 1'000'000));
+  } else {
+    std::snprintf(text + n, sizeof(text) - n, ".%06llu",
+                  static_cast<unsigned long long>(wall_ns % 1'000'000'000 / 1000));
+  }
   return text;
 }
 
@@ -148,13 +107,17 @@ std::string format_us(double us) {
 }
 
 struct Line {
-  uint64_t scheduled_at;
+  uint64_t order;  // scheduled time, made monotonic within a group (coarse times may be older)
+  size_t ring;
+  uint64_t sequence;
   TraceState state;
   std::string text;
 };
 
+// `after` / `before`: the nearest times recorded in the same group before / after this
+// collective (0: none), bounds for a collective without a time of its own.
 std::string format_record(const TraceRing& ring, const TraceRecord& r, const ClockMapping& clock,
-                          uint64_t now) {
+                          uint64_t now, uint64_t after, uint64_t before) {
   const auto dtype = static_cast<ScalarType>(r.dtype);
   std::string out = detail::concat("group=", ring.group(), " rank=", ring.rank(), "/", ring.size(),
                                    " seq=", r.sequence, " op=", r.name,
@@ -166,22 +129,53 @@ std::string format_record(const TraceRing& ring, const TraceRecord& r, const Clo
     if (r.kind == OpKind::kBroadcast) out += detail::concat(" src=", r.root);
     out += detail::concat(" in=", r.input_numel, " out=", r.output_numel);
   }
-  if (has_splits(r.kind) && !r.splits.empty()) {
-    out += " splits=[";
-    for (size_t i = 0; i < r.splits.size(); ++i)
-      out += (i ? "," : "") + std::to_string(r.splits[i]);
-    out += detail::concat("] row=", r.row_elements);
-  }
-  out += " scheduled=" + format_wall(clock.wall_ns(r.scheduled_at));
-  if (r.started_at != 0) {
-    if (r.async_op) out += " start=+" + format_us(clock.elapsed_us(r.scheduled_at, r.started_at));
-    if (r.finished_at != 0) {
-      out += " time=" + format_us(clock.elapsed_us(r.started_at, r.finished_at));
+  if (has_splits(r.kind) && r.num_splits > 0) {
+    if (r.splits.empty()) {
+      out += " splits=(overwritten)";
     } else {
-      out += " running=" + format_us(clock.elapsed_us(r.started_at, now));
+      out += " splits=[";
+      for (size_t i = 0; i < r.splits.size(); ++i)
+        out += (i ? "," : "") + std::to_string(r.splits[i]);
+      out += detail::concat("] row=", r.row_elements);
     }
-  } else {
-    out += " waiting=" + format_us(clock.elapsed_us(r.scheduled_at, now));
+  }
+  // Times: precise ones to the microsecond, coarse ones (sampled small synchronous calls) to the
+  // millisecond, and unsampled ones as the interval between their neighbours' times.
+  if (r.scheduled_at != 0) {
+    out += " scheduled=" + format_wall(clock.wall_ns(r.scheduled_at), r.scheduled_precise ? 6 : 3);
+  } else if (after != 0 && before != 0) {
+    out += " scheduled=" + format_wall(clock.wall_ns(after), 3) + ".." +
+           format_wall(clock.wall_ns(before), 3);
+  } else if (after != 0) {
+    out += " scheduled=after:" + format_wall(clock.wall_ns(after), 3);
+  } else if (before != 0) {
+    out += " scheduled=before:" + format_wall(clock.wall_ns(before), 3);
+  }
+  const uint64_t scheduled = r.scheduled_at != 0 ? r.scheduled_at : after;
+  const uint64_t since = r.started_at != 0 ? r.started_at : scheduled;
+  const bool exact = r.started_at != 0 || r.scheduled_precise;
+  if (r.async_op && r.started_at != 0) {
+    out += " start=+" + format_us(clock.elapsed_us(r.scheduled_at, r.started_at));
+  }
+  switch (r.state) {
+    case TraceState::kScheduled:
+      out += " waiting=" + format_us(clock.elapsed_us(r.scheduled_at, now));
+      break;
+    case TraceState::kStarted:
+      if (since != 0) {
+        out += std::string(" running") + (exact ? "=" : "<=") +
+               format_us(clock.elapsed_us(since, now));
+      }
+      break;
+    case TraceState::kCompleted:
+    case TraceState::kFailed:
+      if (r.finished_at != 0 && since != 0) {
+        out += std::string(" time") + (exact ? "=" : "<=") +
+               format_us(clock.elapsed_us(since, r.finished_at));
+      }
+      break;
+    case TraceState::kNone:
+      break;
   }
   return out;
 }
@@ -224,23 +218,27 @@ bool write_file(const std::string& path, const std::string& text) {
 
 TraceRing::TraceRing(std::string group, int rank, int size, uint32_t capacity)
     : group_(std::move(group)), rank_(rank), size_(size), capacity_(capacity) {
-  SHMCCL_CHECK(capacity_ > 0, "a trace ring needs a capacity");
+  SHMCCL_CHECK(capacity_ > 0 && (capacity_ & (capacity_ - 1)) == 0,
+               "a trace ring's capacity must be a power of two, not ", capacity_);
   // Anonymous memory is zero pages until written: a large buffer costs only what is used.
-  void* memory = ::mmap(nullptr, sizeof(TraceEntry) * capacity_, PROT_READ | PROT_WRITE,
-                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  const size_t bytes = (sizeof(TraceEntry) + 2 * sizeof(TraceSplits)) * capacity_;
+  void* memory = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (memory == MAP_FAILED) {
     detail::throw_system_error(
         detail::concat("mmap of the flight recorder (", capacity_, " entries)"), errno);
   }
   entries_ = static_cast<TraceEntry*>(memory);
+  splits_ = reinterpret_cast<TraceSplits*>(entries_ + capacity_);
 }
 
 TraceRing::~TraceRing() {
-  ::munmap(entries_, sizeof(TraceEntry) * capacity_);
+  ::munmap(entries_, (sizeof(TraceEntry) + 2 * sizeof(TraceSplits)) * capacity_);
 }
 
 std::vector<TraceRecord> TraceRing::snapshot() const {
   std::vector<TraceRecord> records;
+  // Read first: an entry's own state can only be newer than this.
+  const uint64_t completed = completed_through_.load(std::memory_order_acquire);
   for (uint32_t i = 0; i < capacity_; ++i) {
     TraceEntry& e = entries_[i];
     auto load = [](auto& field) {
@@ -257,32 +255,51 @@ std::vector<TraceRecord> TraceRing::snapshot() const {
     r.dtype = static_cast<uint8_t>(packed >> 8);
     r.reduce_op = static_cast<uint8_t>(packed >> 16);
     r.async_op = ((packed >> 24) & 1) != 0;
-    r.num_splits = std::min(static_cast<int>(packed >> 32), transport::kMaxRanks);
-    r.root = load(e.root);
+    r.state = static_cast<TraceState>((packed >> 25) & 7);
+    const bool started_valid = (packed >> 28) & 1;
+    const bool finished_valid = (packed >> 29) & 1;
+    r.num_splits = std::min(static_cast<int>((packed >> 32) & 0xff), transport::kMaxRanks);
+    r.root = static_cast<int64_t>((packed >> 40) & 0xff);
+    const uint64_t splits_from = before - (packed >> 48);
     r.input_numel = load(e.input_numel);
     r.output_numel = load(e.output_numel);
-    r.row_elements = load(e.row_elements);
-    r.state = static_cast<TraceState>(load(e.state));
     r.scheduled_at = load(e.scheduled_at);
-    r.started_at = load(e.started_at);
-    r.finished_at = load(e.finished_at);
-    r.splits.resize(static_cast<size_t>(r.num_splits));
-    for (int s = 0; s < r.num_splits; ++s)
-      r.splits[static_cast<size_t>(s)] = load(e.splits[s]);
+    r.scheduled_precise = r.async_op;
+    r.finished_at = finished_valid ? load(e.finished_at) : 0;
+    r.started_at = started_valid ? load(e.started_at) : 0;
     std::atomic_thread_fence(std::memory_order_acquire);
     if (std::atomic_ref<uint64_t>(e.sequence).load(std::memory_order_relaxed) != before) continue;
+    // The split sizes, from their own record (a seqlock keyed by its id).
+    r.row_elements = 1;
+    if (r.num_splits > 0) {
+      TraceSplits& splits = splits_record(splits_from);
+      const uint64_t id = std::atomic_ref<uint64_t>(splits.id).load(std::memory_order_acquire);
+      std::vector<int64_t> values(static_cast<size_t>(r.num_splits));
+      const int64_t row = load(splits.row_elements);
+      for (int s = 0; s < r.num_splits; ++s)
+        values[static_cast<size_t>(s)] = load(splits.splits[s]);
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (id == splits_from &&
+          std::atomic_ref<uint64_t>(splits.id).load(std::memory_order_relaxed) == id) {
+        r.splits = std::move(values);
+        r.row_elements = row;
+      }
+    }
     if (r.name == nullptr) r.name = "?";
+    // Collectives of a group complete in order (see finished()).
+    if (r.state == TraceState::kStarted && r.sequence <= completed)
+      r.state = TraceState::kCompleted;
     records.push_back(std::move(r));
   }
   return records;
 }
 
 FlightRecorder::FlightRecorder()
-    : capacity_(static_cast<uint32_t>(
-          std::clamp<int64_t>(config::get_int("SHMCCL_TRACE_BUFFER_SIZE"), 0, 1 << 20))) {
-  trace_clock::g_use_tsc = trace_clock::invariant_tsc();
-  g_origin_steady = trace_clock::steady_ns();
-  g_origin_ticks = trace_clock::now();
+    : capacity_([] {
+        const int64_t size =
+            std::clamp<int64_t>(config::get_int("SHMCCL_TRACE_BUFFER_SIZE"), 0, int64_t{1} << 20);
+        return size == 0 ? 0u : std::bit_ceil(static_cast<uint32_t>(size));
+      }()) {
   trace_file_prefix_ = config::get_string("SHMCCL_TRACE_FILE");
 }
 
@@ -326,16 +343,37 @@ std::vector<std::string> FlightRecorder::format_lines(const std::string& reason,
     rings.insert(rings.end(), rings_.begin(), rings_.end());
   }
   const ClockMapping clock = clock_mapping();
-  const uint64_t now = trace_clock::now();
+  const uint64_t now = trace_clock::precise();
   std::vector<Line> lines;
-  for (const auto& ring : rings) {
-    for (const TraceRecord& record : ring->snapshot()) {
-      lines.push_back(
-          {record.scheduled_at, record.state, format_record(*ring, record, clock, now)});
+  for (size_t i = 0; i < rings.size(); ++i) {
+    std::vector<TraceRecord> records = rings[i]->snapshot();
+    std::sort(records.begin(), records.end(),
+              [](const TraceRecord& a, const TraceRecord& b) { return a.sequence < b.sequence; });
+    // The latest time known at or before each collective, and the earliest at or after it.
+    auto first_time = [](const TraceRecord& r) {
+      return r.scheduled_at != 0 ? r.scheduled_at
+             : r.started_at != 0 ? r.started_at
+                                 : r.finished_at;
+    };
+    auto last_time = [](const TraceRecord& r) {
+      return std::max({r.scheduled_at, r.started_at, r.finished_at});
+    };
+    std::vector<uint64_t> before(records.size(), 0);
+    for (size_t k = records.size(), next = 0; k-- > 0;) {
+      before[k] = next;
+      if (first_time(records[k]) != 0) next = first_time(records[k]);
+    }
+    uint64_t after = 0;
+    for (size_t k = 0; k < records.size(); ++k) {
+      const TraceRecord& record = records[k];
+      lines.push_back({std::max(after, record.scheduled_at), i, record.sequence, record.state,
+                       format_record(*rings[i], record, clock, now, after, before[k])});
+      after = std::max(after, last_time(record));
     }
   }
-  std::sort(lines.begin(), lines.end(),
-            [](const Line& a, const Line& b) { return a.scheduled_at < b.scheduled_at; });
+  std::sort(lines.begin(), lines.end(), [](const Line& a, const Line& b) {
+    return std::tie(a.order, a.ring, a.sequence) < std::tie(b.order, b.ring, b.sequence);
+  });
   if (lines.size() > capacity_) lines.erase(lines.begin(), lines.end() - capacity_);
   char host[64] = "?";
   gethostname(host, sizeof(host) - 1);
@@ -363,8 +401,15 @@ void FlightRecorder::dump(const std::string& reason, DumpTrigger trigger) {
   if (capacity_ == 0) return;
   try {
     std::lock_guard<std::mutex> lock(dump_mutex_);
+    // Every later dump (a peer exiting after the failure, SIGUSR1...) still names the first one,
+    // which is what a user looking at the file wants to know.
+    std::string full_reason = reason;
+    if (!first_failure_.empty() && first_failure_ != reason) {
+      full_reason += "; first failure: " + first_failure_;
+    }
+    if (trigger == DumpTrigger::kFailure && first_failure_.empty()) first_failure_ = reason;
     std::vector<bool> completed;
-    const std::vector<std::string> lines = format_lines(reason, &completed);
+    const std::vector<std::string> lines = format_lines(full_reason, &completed);
     const std::string path = trace_file_path();
     bool written = false;
     if (!path.empty()) {

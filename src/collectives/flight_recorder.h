@@ -15,15 +15,17 @@
 // any thread at any time: each entry is a seqlock whose version is its sequence field (0 while
 // being rewritten), and every field is accessed through relaxed std::atomic_ref, so a reader
 // either sees a consistent entry or skips it. On x86 all of this compiles to plain moves: the hot
-// path costs a few stores and two reads of the TSC per collective.
+// path of a small synchronous collective costs one or two cache lines of stores (prefetched by
+// the previous call) and one read of the coarse clock.
 //
 // FlightRecorder: the process-wide registry of rings and the dump logic (flight_recorder.cc); the
 // dump thread and the SIGUSR1 handler live in trace_dumper.cc. Thread-safe.
 #pragma once
 
-#include <x86intrin.h>
+#include <time.h>
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -36,29 +38,49 @@ namespace shmccl::collectives {
 
 enum class TraceState : uint8_t { kNone = 0, kScheduled, kStarted, kCompleted, kFailed };
 
-// Timestamps of the recorder: TSC ticks when the TSC is invariant (constant_tsc and nonstop_tsc),
-// else steady_clock nanoseconds; a dump converts them to wall-clock time.
+// Timestamps of the recorder, CLOCK_MONOTONIC nanoseconds (steady_clock's). A small synchronous
+// collective is stamped with the coarse clock (the kernel's last tick, at most 4 ms old here: a
+// vDSO read of ~5 ns, where a precise read costs 20-40 ns in this VM and the TSC ~10 ns, both
+// measurable against a 0.3 us collective); everything else (asynchronous calls, work-pool
+// collectives, failures) gets precise times.
 namespace trace_clock {
-extern bool g_use_tsc;  // decided once, before the first ring exists
-uint64_t steady_ns() noexcept;
-inline uint64_t now() noexcept {
-  return g_use_tsc ? __rdtsc() : steady_ns();
+inline uint64_t coarse() noexcept {
+  timespec now;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+  return static_cast<uint64_t>(now.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(now.tv_nsec);
+}
+inline uint64_t precise() noexcept {
+  timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<uint64_t>(now.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(now.tv_nsec);
 }
 }  // namespace trace_clock
 
-// One recorded collective. Plain data, accessed only through std::atomic_ref (see above).
+// One recorded collective: one cache line (2000 of them fit in L2). Plain data, accessed only
+// through std::atomic_ref (see above). `packed` carries the small fields and the state:
+//   bits 0-7 kind, 8-15 dtype, 16-23 reduce op, 24 async, 25-27 state, 28 started_at valid,
+//   29 finished_at valid, 32-39 number of splits, 40-47 broadcast source, 48-63 how many
+//   collectives back the split sizes were recorded (see TraceSplits).
 struct alignas(64) TraceEntry {
-  uint64_t sequence;      // 0: empty or being rewritten
-  const char* name;       // the API's name of the call (a string literal)
-  uint64_t packed;        // kind | dtype << 8 | reduce_op << 16 | async << 24 | num_splits << 32
-  int64_t root;           // broadcast source (group rank)
+  uint64_t sequence;  // 0: empty or being rewritten
+  const char* name;   // the API's name of the call (a string literal)
+  uint64_t packed;
   int64_t input_numel;    // elements
   int64_t output_numel;   // elements
-  int64_t row_elements;   // elements per dim-0 row
-  uint64_t state;         // TraceState
-  uint64_t scheduled_at;  // trace_clock ticks
-  uint64_t started_at;
-  uint64_t finished_at;
+  uint64_t scheduled_at;  // 0 (not sampled), coarse, or precise for an asynchronous call
+  uint64_t started_at;    // precise; valid for asynchronous and work-pool collectives
+  uint64_t finished_at;   // precise; valid when finished with a timestamp (see finished())
+};
+static_assert(sizeof(TraceEntry) == 64);
+
+// Split sizes, recorded only when they differ from the previous collective's (a training loop
+// repeats the same ones): an entry points `delta` collectives back, to the record of collective
+// `sequence - delta`, which sits at index id % (2 * capacity) and is kept until every entry
+// that can point to it is gone (delta < capacity / 2). `id` tells a reader whether it is still
+// there.
+struct TraceSplits {
+  uint64_t id;                           // the collective that wrote it
+  int64_t row_elements;                  // elements per dim-0 row
   int64_t splits[transport::kMaxRanks];  // rows per rank, [0, num_splits)
 };
 
@@ -76,15 +98,16 @@ struct TraceRecord {
   int64_t output_numel = 0;
   int64_t row_elements = 0;
   TraceState state = TraceState::kNone;
-  uint64_t scheduled_at = 0;
-  uint64_t started_at = 0;
+  uint64_t scheduled_at = 0;  // CLOCK_MONOTONIC ns
+  bool scheduled_precise = false;
+  uint64_t started_at = 0;  // 0: not started, or no precise start time
   uint64_t finished_at = 0;
   std::vector<int64_t> splits;
 };
 
 class TraceRing {
  public:
-  // `capacity` > 0 entries, zero-filled on demand (untouched entries cost no memory).
+  // `capacity` entries, a power of two, zero-filled on demand (untouched entries cost no memory).
   TraceRing(std::string group, int rank, int size, uint32_t capacity);
   ~TraceRing();
   TraceRing(const TraceRing&) = delete;
@@ -94,36 +117,58 @@ class TraceRing {
   int rank() const { return rank_; }
   int size() const { return size_; }
 
-  // The collective `plan` got its sequence number. A synchronous call starts at once (same
-  // timestamp); an asynchronous one is started by started().
+  // The collective `plan` got its sequence number. A synchronous call starts at once; an
+  // asynchronous one is started by started(). Timestamps: see trace_clock and kSampleEvery.
   void scheduled(const OpPlan& plan, bool async_op) noexcept {
     TraceEntry& e = entry(plan.sequence);
-    const uint64_t now = trace_clock::now();
+    uint64_t now = 0;
+    if (async_op) {
+      now = trace_clock::precise();
+    } else if (plan.sequence % kSampleEvery == 0) {
+      now = trace_clock::coarse();
+    }
+    const uint64_t splits_delta = plan.num_splits > 0 ? record_splits(plan) : 0;
     store(e.sequence, uint64_t{0});
     std::atomic_thread_fence(std::memory_order_release);  // the 0 is visible before new fields
     store(e.name, plan.name);
-    store(e.packed, static_cast<uint64_t>(plan.kind) |
-                        (static_cast<uint64_t>(static_cast<uint8_t>(plan.dtype)) << 8) |
-                        (static_cast<uint64_t>(static_cast<uint8_t>(plan.reduce_op)) << 16) |
-                        (static_cast<uint64_t>(async_op) << 24) |
-                        (static_cast<uint64_t>(static_cast<uint32_t>(plan.num_splits)) << 32));
-    store(e.root, static_cast<int64_t>(plan.root));
+    store(e.packed, pack(plan, async_op, async_op ? TraceState::kScheduled : TraceState::kStarted) |
+                        splits_delta << 48);
     store(e.input_numel, plan.input().defined() ? plan.input().numel() : int64_t{0});
     store(e.output_numel, plan.output().defined() ? plan.output().numel() : int64_t{0});
-    store(e.row_elements, plan.row_elements);
-    for (int r = 0; r < plan.num_splits; ++r)
-      store(e.splits[r], plan.splits[static_cast<size_t>(r)]);
-    store(e.state, static_cast<uint64_t>(async_op ? TraceState::kScheduled : TraceState::kStarted));
     store(e.scheduled_at, now);
-    store(e.started_at, async_op ? uint64_t{0} : now);
-    store(e.finished_at, uint64_t{0});
     std::atomic_ref<uint64_t>(e.sequence).store(plan.sequence, std::memory_order_release);
   }
 
-  // An asynchronous collective began executing on the group's stream.
-  void started(uint64_t sequence) noexcept { update(sequence, TraceState::kStarted); }
-  void finished(uint64_t sequence, bool success) noexcept {
-    update(sequence, success ? TraceState::kCompleted : TraceState::kFailed);
+  // A small synchronous collective reads the clock only every kSampleEvery-th time: a clock read
+  // costs about as much as the rest of the recording. A collective that has to sleep while it
+  // waits is stamped then (waiting()), so a hang always has a precise start.
+  static constexpr uint64_t kSampleEvery = 8;
+
+  // The collective began waiting for its peers in earnest (it sleeps): stamp it.
+  void waiting(uint64_t sequence) noexcept {
+    if (sequence == 0) return;
+    TraceEntry& e = entry(sequence);
+    std::atomic_ref<uint64_t> version(e.sequence);
+    if (version.load(std::memory_order_relaxed) != sequence) return;
+    const uint64_t packed = std::atomic_ref<uint64_t>(e.packed).load(std::memory_order_relaxed);
+    if ((packed & kStartedValid) != 0) return;
+    update(sequence, static_cast<TraceState>((packed >> kStateShift) & 7), true, true);
+  }
+
+  // The collective began executing on the group's stream (asynchronous), or entered the work pool:
+  // from here on its times are precise.
+  void started(uint64_t sequence) noexcept { update(sequence, TraceState::kStarted, true, true); }
+  // The collective ended. `timed`: record the state and when (always for a failure). A small
+  // synchronous collective that succeeded costs one store to a line that stays in L1 instead:
+  // collectives of a group complete in order, so "every collective up to `sequence` that is
+  // still marked started has completed" says it all.
+  void finished(uint64_t sequence, bool success, bool timed) noexcept {
+    if (success && !timed) [[likely]] {
+      completed_through_.store(sequence, std::memory_order_release);
+      return;
+    }
+    update(sequence, success ? TraceState::kCompleted : TraceState::kFailed, true, false);
+    if (success) completed_through_.store(sequence, std::memory_order_release);
   }
 
   // Consistent copies of every entry in use (in no particular order).
@@ -134,27 +179,100 @@ class TraceRing {
   static void store(T& field, T value) noexcept {
     std::atomic_ref<T>(field).store(value, std::memory_order_relaxed);
   }
-  TraceEntry& entry(uint64_t sequence) const noexcept { return entries_[sequence % capacity_]; }
-  // A state change, as a seqlock write of its own; skipped when the entry was already reused
-  // (more than `capacity` collectives scheduled ahead of this one).
-  void update(uint64_t sequence, TraceState state) noexcept {
+  // Masks, not `%`: a 64-bit division costs more than the rest of the recording.
+  TraceEntry& entry(uint64_t sequence) const noexcept { return entries_[sequence & mask_]; }
+  TraceSplits& splits_record(uint64_t sequence) const noexcept {
+    return splits_[sequence & splits_mask_];
+  }
+  // Bits of `packed` (see TraceEntry): the state at 25-27, "started_at / finished_at is valid"
+  // at 28 / 29 (so that scheduled() need not clear the times of the entry's previous use).
+  static constexpr uint64_t kStateShift = 25;
+  static constexpr uint64_t kStartedValid = uint64_t{1} << 28;
+  static constexpr uint64_t kFinishedValid = uint64_t{1} << 29;
+
+  static uint64_t pack(const OpPlan& plan, bool async_op, TraceState state) noexcept {
+    return static_cast<uint64_t>(plan.kind) |
+           (static_cast<uint64_t>(static_cast<uint8_t>(plan.dtype)) << 8) |
+           (static_cast<uint64_t>(static_cast<uint8_t>(plan.reduce_op)) << 16) |
+           (static_cast<uint64_t>(async_op) << 24) | (static_cast<uint64_t>(state) << kStateShift) |
+           (static_cast<uint64_t>(static_cast<uint8_t>(plan.num_splits)) << 32) |
+           (static_cast<uint64_t>(static_cast<uint8_t>(plan.root)) << 40);
+  }
+  // Records plan's split sizes unless they equal the last ones recorded; returns how many
+  // collectives back they were recorded (0: by this one). The comparison reads only last_splits_,
+  // one hot line with no dependent loads. Two threads scheduling on one group at once may race
+  // on it and show wrong split sizes in a dump (never anything worse).
+  uint64_t record_splits(const OpPlan& plan) noexcept {
+    const uint64_t sequence = plan.sequence;
+    const int count = plan.num_splits;
+    if (count <= kCachedSplits) {
+      bool same = load(last_splits_.count) == static_cast<uint64_t>(count) &&
+                  load(last_splits_.row_elements) == plan.row_elements;
+      for (int r = 0; r < count; ++r)
+        same = same && load(last_splits_.splits[r]) == plan.splits[static_cast<size_t>(r)];
+      const uint64_t delta = sequence - load(last_splits_.id);
+      if (same && delta < max_splits_delta_) return delta;
+    }
+    TraceSplits& record = splits_record(sequence);
+    store(record.id, uint64_t{0});
+    std::atomic_thread_fence(std::memory_order_release);
+    store(record.row_elements, plan.row_elements);
+    for (int r = 0; r < count; ++r)
+      store(record.splits[r], plan.splits[static_cast<size_t>(r)]);
+    std::atomic_ref<uint64_t>(record.id).store(sequence, std::memory_order_release);
+    if (count <= kCachedSplits) {
+      store(last_splits_.id, sequence);
+      store(last_splits_.count, static_cast<uint64_t>(count));
+      store(last_splits_.row_elements, plan.row_elements);
+      for (int r = 0; r < count; ++r)
+        store(last_splits_.splits[r], plan.splits[static_cast<size_t>(r)]);
+    }
+    return 0;
+  }
+  template <typename T>
+  static T load(const T& field) noexcept {
+    return std::atomic_ref<T>(const_cast<T&>(field)).load(std::memory_order_relaxed);
+  }
+
+  // A state change, with the time it happened when `timed` (into started_at when `start`, else
+  // finished_at), as a seqlock write of its own; skipped when the entry was already reused (more
+  // than `capacity` collectives scheduled ahead of this one).
+  void update(uint64_t sequence, TraceState state, bool timed, bool start) noexcept {
     TraceEntry& e = entry(sequence);
     std::atomic_ref<uint64_t> version(e.sequence);
     if (version.load(std::memory_order_relaxed) != sequence) [[unlikely]]
       return;
-    const uint64_t now = trace_clock::now();
+    const uint64_t now = timed ? trace_clock::precise() : 0;
+    uint64_t packed = std::atomic_ref<uint64_t>(e.packed).load(std::memory_order_relaxed);
+    packed =
+        (packed & ~(uint64_t{7} << kStateShift)) | (static_cast<uint64_t>(state) << kStateShift);
+    if (timed) packed |= start ? kStartedValid : kFinishedValid;
     version.store(0, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_release);
-    store(e.state, static_cast<uint64_t>(state));
-    store(state == TraceState::kStarted ? e.started_at : e.finished_at, now);
+    store(e.packed, packed);
+    if (timed) store(start ? e.started_at : e.finished_at, now);
     version.store(sequence, std::memory_order_release);
   }
 
   const std::string group_;
   const int rank_;
   const int size_;
-  const uint32_t capacity_;
-  TraceEntry* entries_;  // calloc'd: zero pages until used
+  const uint32_t capacity_;  // a power of two
+  const uint64_t mask_ = capacity_ - 1;
+  const uint64_t splits_mask_ = 2 * uint64_t{capacity_} - 1;
+  const uint64_t max_splits_delta_ = std::min<uint64_t>(capacity_ / 2, 0xffff);
+  TraceEntry* entries_;  // capacity_ of each, zero pages until used (anonymous mmap)
+  TraceSplits* splits_;
+  // The last collective that completed (see finished()); its own cache line.
+  alignas(64) std::atomic<uint64_t> completed_through_{0};
+  // The last split sizes recorded (see record_splits()); two lines.
+  static constexpr int kCachedSplits = 12;
+  struct alignas(64) LastSplits {
+    uint64_t id = 0;
+    uint64_t count = 0;
+    int64_t row_elements = 0;
+    int64_t splits[kCachedSplits] = {};
+  } last_splits_;
 };
 
 // Why a dump happens; decides how much of it goes to the log (the file always gets everything).
@@ -168,7 +286,8 @@ class FlightRecorder {
  public:
   static FlightRecorder& instance();
 
-  // SHMCCL_TRACE_BUFFER_SIZE (0: the recorder is off and new_ring returns nullptr).
+  // SHMCCL_TRACE_BUFFER_SIZE rounded up to a power of two (0: the recorder is off and new_ring
+  // returns nullptr).
   uint32_t capacity() const { return capacity_; }
   // A ring for a new group, registered for dumps; nullptr when the recorder is off. Starts the
   // dump thread and the SIGUSR1 handler on first use.
@@ -200,6 +319,7 @@ class FlightRecorder {
   std::vector<std::shared_ptr<TraceRing>> retired_;  // most recent last
   std::mutex dump_mutex_;                            // one dump at a time (file rename, log)
   bool logged_failure_ = false;                      // guarded by dump_mutex_
+  std::string first_failure_;                        // guarded by dump_mutex_
 };
 
 }  // namespace shmccl::collectives

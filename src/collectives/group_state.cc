@@ -17,7 +17,16 @@ GroupState::GroupState(std::unique_ptr<transport::GroupTransport> transport,
       completed_work_(std::make_shared<Work>("completed synchronous collective")),
       trace_(collectives::FlightRecorder::instance().new_ring(comm_name_, rank(), size())) {
   completed_work_->finish();
+  active_trace_ = trace_.get();
   if (trace_) {
+    // A collective that has to sleep while it waits gets a precise time in the recorder.
+    transport_->set_sleep_listener(
+        [](void* context) {
+          auto* self = static_cast<GroupState*>(context);
+          if (self->active_trace_ != nullptr)
+            self->active_trace_->waiting(self->executing_sequence_);
+        },
+        this);
     // Every survivor of a peer's death writes its flight recorder, also when it is not in a
     // collective (the callback runs on the peer monitor's thread: hand the dump to the dumper).
     transport_->set_peer_death_listener([name = comm_name_](const std::string& what) {

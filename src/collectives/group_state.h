@@ -63,7 +63,13 @@ class GroupState {
 
   // This group's flight recorder ring; nullptr when the recorder is off
   // (SHMCCL_TRACE_BUFFER_SIZE=0).
-  collectives::TraceRing* trace() const { return trace_.get(); }
+  collectives::TraceRing* trace() const { return active_trace_; }
+  // Suspends or resumes recording, to measure the recorder's cost in one process
+  // (bench/collectives_bench.cc). Only between collectives; not thread-safe.
+  void set_trace_active(bool active) { active_trace_ = active ? trace_.get() : nullptr; }
+  // The collective this group is executing (set by the executor; read by the sleep listener on
+  // the same thread).
+  void set_executing(uint64_t sequence) { executing_sequence_ = sequence; }
 
  private:
   std::unique_ptr<transport::GroupTransport> transport_;
@@ -79,6 +85,8 @@ class GroupState {
   std::string failure_;
   std::shared_ptr<Work> completed_work_;
   std::shared_ptr<collectives::TraceRing> trace_;
+  collectives::TraceRing* active_trace_ = nullptr;  // trace_, or nullptr while suspended
+  uint64_t executing_sequence_ = 0;
 };
 
 }  // namespace shmccl::detail

@@ -81,6 +81,7 @@ std::shared_ptr<Work> submit(detail::GroupState& state, OpPlan& plan, bool async
   state.check_not_failed();
   plan.sequence = state.next_sequence();
   plan.async_op = async_op;
+  // An asynchronous call is recorded now; a synchronous one when it has arrived (executor.cc).
   if (collectives::TraceRing* trace = state.trace()) trace->scheduled(plan, async_op);
   SHMCCL_TRACE(kColl, plan.name, " sequence ", plan.sequence, " on ", state.comm_name());
   const int device = ordering_device(plan);

@@ -220,6 +220,7 @@ void GroupTransport::sleep_until(bool (*ready)(void*), void* context, Clock::tim
   // Yield before sleeping: when ranks outnumber cores the peer we wait for is usually runnable on
   // our core, and a yield hands it the core in about a microsecond, while a futex sleep costs a
   // wake-up of 5-10 us (tens in a VM). Bounded by SHMCCL_YIELD_TIME, then sleep for real.
+  if (sleep_listener_ != nullptr) sleep_listener_(sleep_listener_context_);
   const auto yield_until = Clock::now() + yield_budget_;
   for (int i = 0;; ++i) {
     if (ready(context)) return;

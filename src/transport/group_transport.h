@@ -68,6 +68,13 @@ class GroupTransport {
   // peer process exits. Set it once, after construction.
   void set_peer_death_listener(std::function<void(const std::string&)> listener);
 
+  // Called on the waiting thread each time a wait gives up spinning and starts to sleep (the slow
+  // path: the flight recorder stamps the collective then). Set it once, after construction.
+  void set_sleep_listener(void (*listener)(void*), void* context) {
+    sleep_listener_ = listener;
+    sleep_listener_context_ = context;
+  }
+
   // Throws the group's failure (abort, dead peer) if there is one.
   void check_healthy() const;
   bool healthy() const;
@@ -122,6 +129,8 @@ class GroupTransport {
   mutable std::mutex failure_mutex_;
   std::string peer_death_message_;
   std::function<void(const std::string&)> peer_death_listener_;  // guarded by failure_mutex_
+  void (*sleep_listener_)(void*) = nullptr;
+  void* sleep_listener_context_ = nullptr;
 };
 
 template <typename Ready, typename Describe>

@@ -87,7 +87,7 @@ TEST(TraceRingTest, KeepsTheLastCollectivesWithTheirStates) {
     plan.sequence = sequence;
     plan.borrow_input(input);
     ring.scheduled(plan, /*async_op=*/sequence == 6);
-    if (sequence <= 4) ring.finished(sequence, /*success=*/sequence != 4);
+    if (sequence <= 4) ring.finished(sequence, /*success=*/sequence != 4, /*timed=*/true);
   }
   ring.started(6);
   std::vector<TraceRecord> records = ring.snapshot();
@@ -106,7 +106,7 @@ TEST(TraceRingTest, KeepsTheLastCollectivesWithTheirStates) {
   EXPECT_EQ(records[3].input_numel, 6);
   EXPECT_STREQ(records[3].name, "all_gather_into_tensor_uneven");
   // A state change of a collective whose entry was reused is dropped.
-  ring.finished(2, true);
+  ring.finished(2, true, true);
   EXPECT_EQ(ring.snapshot().size(), 4u);
 }
 
@@ -130,7 +130,7 @@ TEST(TraceRingTest, ConcurrentDumpsSeeConsistentEntries) {
     plan.sequence = sequence;
     plan.borrow_input(sized);
     ring.scheduled(plan, false);
-    ring.finished(sequence, true);
+    ring.finished(sequence, true, true);
   }
   stop.store(true);
   reader.join();

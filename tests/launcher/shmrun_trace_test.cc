@@ -54,7 +54,11 @@ TEST_F(TraceFiles, SurvivorsOfADeadRankWriteTheirRecorderAndTheSummaryPointsAtIt
     EXPECT_NE(text.find("rank 1 (pid "), std::string::npos) << text;
     EXPECT_NE(text.find("died"), std::string::npos) << text;
     EXPECT_NE(text.find("seq=3 op=all_reduce state=completed"), std::string::npos) << text;
-    EXPECT_NE(text.find("seq=4 op=all_reduce state=failed"), std::string::npos) << text;
+    // Failed, or still in progress when the rank dumped on learning of the death (its own
+    // failure dump may come too late: shmrun stops the ranks once each wrote a file).
+    EXPECT_TRUE(text.find("seq=4 op=all_reduce state=failed") != std::string::npos ||
+                text.find("seq=4 op=all_reduce state=started") != std::string::npos)
+        << text;
     EXPECT_NE(result.err.find("trace_file : " + file(rank) + "\n"), std::string::npos)
         << result.err;
   }
