@@ -119,7 +119,22 @@ void run_rank(const testing::RankContext& ctx, const Trial& trial, const std::st
   config::reload();
   log::reload();
   npu::set_device(ctx.rank % 8);
-  ctx.init(/*timeout_ms=*/60000);
+  // The creator of the default group dying at rendezvous may leave the others unable to tell it
+  // from a late rank (if it is gone before they join the store, they find the store stale and
+  // start a fresh one): they then time out in init, naming it. Keep that timeout short.
+  const bool creator_lost =
+      trial.point == Point::kRendezvous && trial.victim == 0 && trial.action != Action::kStall;
+  try {
+    ctx.init(/*timeout_ms=*/creator_lost ? 2000 : 60000);
+  } catch (const TimeoutError& error) {
+    report.error_at_ns = now_ns();
+    shared.wait_for_survivors(ctx.world - 1);
+    const std::string text = error.what();
+    require(creator_lost, "init timed out: " + text);
+    require(text.find("rank 0 (the first rank of group world) did not arrive") != std::string::npos,
+            "the error does not name rank 0: " + text);
+    return;
+  }
   default_group()->set_timeout(kStallTimeout);
   const uint64_t calls = trial.point == Point::kRendezvous ? 3 : trial.sequence + 3;
   for (uint64_t call = 1; call <= calls; ++call) {
@@ -206,7 +221,11 @@ double run_trial(const Trial& trial) {
                                .count();
       const double latency = std::max<int64_t>(0, report.error_at_ns - died) / 1e9;
       worst = std::max(worst, latency);
-      EXPECT_LT(latency, kDeathBoundSeconds) << "rank " << result.rank << " noticed late";
+      // (Except a lost creator that the others could only time out on, in init: see run_rank.)
+      const bool lost_creator = trial.point == Point::kRendezvous && trial.victim == 0;
+      if (!lost_creator || latency < 1.5) {
+        EXPECT_LT(latency, kDeathBoundSeconds) << "rank " << result.rank << " noticed late";
+      }
     }
   }
   if (trial.action == Action::kStall) {
@@ -291,6 +310,7 @@ TEST(FaultRandomized, RandomOpSizePointActionAndVictim) {
   };
   static const int kWorlds[] = {2, 3, 4, 8};
   int survived = 0;
+  int creator_lost = 0;
   double worst_death = 0;
   for (int64_t i = 0; i < trials && !HasFailure(); ++i) {
     Trial trial;
@@ -304,11 +324,17 @@ TEST(FaultRandomized, RandomOpSizePointActionAndVictim) {
     trial.op = testing::random_op_spec(rng, trial.world, 16384);
     if (trial.point == Point::kBarrier) trial.op.op = testing::RandomOp::kBarrier;
     const double latency = run_trial(trial);
-    if (trial.action != Action::kStall) worst_death = std::max(worst_death, latency);
+    if (trial.point == Point::kRendezvous && trial.victim == 0 && latency > 1.5) {
+      ++creator_lost;  // the others could only time out in init (see run_rank)
+    } else if (trial.action != Action::kStall) {
+      worst_death = std::max(worst_death, latency);
+    }
     ++survived;
   }
-  std::printf("[random] %d of %lld trials survived; worst death detection %.3f ms\n", survived,
-              static_cast<long long>(trials), worst_death * 1e3);
+  std::printf(
+      "[random] %d of %lld trials survived; worst death detection %.3f ms (%d creators "
+      "lost before the others joined: init timeouts)\n",
+      survived, static_cast<long long>(trials), worst_death * 1e3, creator_lost);
 }
 
 }  // namespace
