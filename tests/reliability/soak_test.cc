@@ -14,8 +14,10 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <deque>
 #include <random>
 
@@ -35,11 +37,28 @@ int64_t env_or(const char* name, int64_t fallback) {
   return value != nullptr && *value != '\0' ? std::atoll(value) : fallback;
 }
 
-int open_fds() {
-  int count = 0;
+// Open file descriptors, and how many of them are NPU arenas (this process's and the peers' it
+// mapped: a rank maps a peer's arena, for good, the first time it claims a chunk that touches
+// it, which may happen late).
+struct FdCount {
+  int other = 0;
+  int arenas = 0;
+};
+
+FdCount open_fds() {
+  FdCount count;
   if (DIR* dir = opendir("/proc/self/fd")) {
-    while (readdir(dir) != nullptr)
-      ++count;
+    while (const dirent* entry = readdir(dir)) {
+      if (entry->d_name[0] == '.') continue;
+      char target[256] = {};
+      const std::string link = std::string("/proc/self/fd/") + entry->d_name;
+      if (readlink(link.c_str(), target, sizeof(target) - 1) < 0) continue;
+      if (std::strstr(target, "memfd:shmccl-npu") != nullptr) {
+        ++count.arenas;
+      } else {
+        ++count.other;
+      }
+    }
     closedir(dir);
   }
   return count;
@@ -83,7 +102,8 @@ TEST(Soak, RandomCollectivesOnGroupsAndSubGroupsVerifiedWithoutLeaks) {
         for (size_t g = 1; g < member_lists.size(); ++g)
           groups.push_back(new_group(member_lists[g]));  // nullptr where not a member
         const uint64_t baseline_memory = npu::memory_allocated();
-        int warm_fds = -1;
+        FdCount warm_fds;
+        bool warm = false;
 
         std::mt19937_64 rng(seed);
         std::deque<std::pair<std::shared_ptr<Work>, std::unique_ptr<testing::PreparedOp>>> pending;
@@ -103,7 +123,10 @@ TEST(Soak, RandomCollectivesOnGroupsAndSubGroupsVerifiedWithoutLeaks) {
             all_reduce(late, ReduceOp::MAX);
             if (late.to_vector<double>()[0] > 0) break;
           }
-          if (step == iterations / 10) warm_fds = open_fds();
+          if (step == iterations / 10) {
+            warm_fds = open_fds();
+            warm = true;
+          }
           const size_t g = static_cast<size_t>(
               std::uniform_int_distribution<int>(0, static_cast<int>(groups.size()) - 1)(rng));
           const int group_size = static_cast<int>(member_lists[g].size());
@@ -129,12 +152,13 @@ TEST(Soak, RandomCollectivesOnGroupsAndSubGroupsVerifiedWithoutLeaks) {
         }
         while (!pending.empty())
           retire_oldest();
-        if (warm_fds >= 0) {
-          // A rank maps a peer's arena (one fd, kept for the process's lifetime) only when it
-          // first claims a chunk that touches it, which may happen late: up to world - 1 fds.
-          require(open_fds() <= warm_fds + kWorld - 1,
-                  str("file descriptors grew from ", warm_fds, " to ", open_fds(),
-                      " after the warm-up"));
+        if (warm) {
+          const FdCount end = open_fds();
+          require(end.other <= warm_fds.other,
+                  str("file descriptors grew from ", warm_fds.other, " to ", end.other,
+                      " after the warm-up (not counting NPU arenas)"));
+          require(end.arenas <= kWorld, str(end.arenas, " NPU arena descriptors for ", kWorld,
+                                            " ranks (one per process at most)"));
         }
         npu::synchronize();
         require(npu::memory_allocated() == baseline_memory,
