@@ -186,30 +186,33 @@ TEST(ControlBlockFuzz, RandomWritesCauseErrorsNeverCrashesOrHangs) {
         config::reload();
         log::reload();
         npu::set_device(ctx.rank);
+        auto count_error = [&](const Error& error) {
+          tally->errors.fetch_add(1);
+          if (dynamic_cast<const TimeoutError*>(&error) != nullptr) tally->timeouts.fetch_add(1);
+          if (dynamic_cast<const RemoteError*>(&error) != nullptr) tally->remote.fetch_add(1);
+          if (std::getenv("SHMCCL_FUZZ_VERBOSE") != nullptr) {
+            std::fprintf(stderr, "[fuzz] rank %d: %s\n", ctx.rank, error.what());
+          }
+        };
         for (int64_t round = 0; round < rounds; ++round) {
           testing::RankContext round_ctx{ctx.rank, ctx.world, str(ctx.job_id, "-", round)};
           round_ctx.init(/*timeout_ms=*/20000);
           default_group()->set_timeout(std::chrono::milliseconds(300));
-          barrier();  // every rank is past init before the fuzzer starts
           std::mt19937_64 rng(seed * 1000 + static_cast<uint64_t>(round));  // same on every rank
           std::unique_ptr<Fuzzer> fuzzer;
-          if (ctx.rank == 0) fuzzer = std::make_unique<Fuzzer>(*default_group(), seed + round);
-          for (int call = 0; call < kCallsPerRound; ++call) {
-            testing::OpSpec spec = testing::random_op_spec(rng, ctx.world, 24 * 1024);
-            testing::PreparedOp op(spec, ctx.rank, ctx.world);
-            tally->calls.fetch_add(1);
-            try {
+          try {
+            // Every rank is past init before the fuzzer starts (its writes may still reach this
+            // barrier on a rank that has not left it: an error like any other).
+            barrier();
+            if (ctx.rank == 0) fuzzer = std::make_unique<Fuzzer>(*default_group(), seed + round);
+            for (int call = 0; call < kCallsPerRound; ++call) {
+              testing::OpSpec spec = testing::random_op_spec(rng, ctx.world, 24 * 1024);
+              testing::PreparedOp op(spec, ctx.rank, ctx.world);
+              tally->calls.fetch_add(1);
               op.launch(nullptr)->wait();
-            } catch (const Error& error) {
-              tally->errors.fetch_add(1);
-              if (dynamic_cast<const TimeoutError*>(&error) != nullptr)
-                tally->timeouts.fetch_add(1);
-              if (dynamic_cast<const RemoteError*>(&error) != nullptr) tally->remote.fetch_add(1);
-              if (std::getenv("SHMCCL_FUZZ_VERBOSE") != nullptr) {
-                std::fprintf(stderr, "[fuzz] rank %d: %s\n", ctx.rank, error.what());
-              }
-              break;  // the group is failed for good; start a new one
             }
+          } catch (const Error& error) {
+            count_error(error);  // the group is failed for good; start a new one
           }
           if (fuzzer) tally->writes.fetch_add(static_cast<int64_t>(fuzzer->writes()));
           fuzzer.reset();
