@@ -13,6 +13,8 @@
 #include <unistd.h>
 
 #include <dirent.h>
+
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -47,6 +49,7 @@ struct RankResult {
   int exit_code = -1;
   int signal = 0;
   std::string message;
+  std::chrono::steady_clock::time_point exited;  // when the harness saw the rank end
 };
 
 class RequirementFailed : public std::runtime_error {
@@ -83,12 +86,35 @@ inline std::vector<std::string> shm_entries(const std::string& fragment) {
   return found;
 }
 
+struct RunOptions {
+  std::chrono::milliseconds timeout = std::chrono::seconds(60);  // then every rank is a hang
+  std::string job_id = unique_job_id();
+  // Ranks that are expected to hang (an injected stall): SIGKILLed, without counting as a hang,
+  // once every other rank has ended.
+  std::vector<int> reap_when_others_end;
+};
+
+inline std::vector<RankResult> run_ranks(int world,
+                                         const std::function<void(const RankContext&)>& body,
+                                         const RunOptions& options);
+
 // Runs body(ctx) in `world` forked processes. A rank exits 0 when the body returns; 1 with the
 // exception's text otherwise. Ranks still running after `timeout` are killed (a hang).
 inline std::vector<RankResult> run_ranks(
     int world, const std::function<void(const RankContext&)>& body,
     std::chrono::milliseconds timeout = std::chrono::seconds(60),
     std::string job_id = unique_job_id()) {
+  RunOptions options;
+  options.timeout = timeout;
+  options.job_id = std::move(job_id);
+  return run_ranks(world, body, options);
+}
+
+inline std::vector<RankResult> run_ranks(int world,
+                                         const std::function<void(const RankContext&)>& body,
+                                         const RunOptions& options) {
+  const std::chrono::milliseconds timeout = options.timeout;
+  const std::string& job_id = options.job_id;
   std::vector<pid_t> pids;
   std::vector<int> pipes;
   for (int rank = 0; rank < world; ++rank) {
@@ -126,7 +152,25 @@ inline std::vector<RankResult> run_ranks(
   }
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   int remaining = world;
+  auto expected_hang = [&](int rank) {
+    const auto& hangs = options.reap_when_others_end;
+    return std::find(hangs.begin(), hangs.end(), rank) != hangs.end();
+  };
+  bool reaped_hangs = false;
   while (remaining > 0) {
+    if (!reaped_hangs) {
+      int others = 0;
+      for (int rank = 0; rank < world; ++rank) {
+        if (watches[static_cast<size_t>(rank)].fd >= 0 && !expected_hang(rank)) ++others;
+      }
+      if (others == 0) {
+        reaped_hangs = true;
+        for (int rank = 0; rank < world; ++rank) {
+          if (watches[static_cast<size_t>(rank)].fd >= 0)
+            kill(pids[static_cast<size_t>(rank)], SIGKILL);
+        }
+      }
+    }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) break;
@@ -139,6 +183,7 @@ inline std::vector<RankResult> run_ranks(
       waitpid(pids[static_cast<size_t>(rank)], &status, 0);
       RankResult& result = results[static_cast<size_t>(rank)];
       result.rank = rank;
+      result.exited = std::chrono::steady_clock::now();
       if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
       if (WIFSIGNALED(status)) result.signal = WTERMSIG(status);
       close(watch.fd);

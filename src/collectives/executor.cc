@@ -6,6 +6,8 @@
 #include <sstream>
 
 #include "collectives/algorithms.h"
+#include "collectives/fault_injection.h"
+#include "collectives/flight_recorder.h"
 #include "core/check.h"
 #include "core/config.h"
 #include "core/logging.h"
@@ -225,24 +227,35 @@ void resolve_buffers(ExecContext& context) {
   }
 }
 
+// The global rank of this process (what SHMCCL_FAULT names).
+int global_rank(const detail::GroupState& state) {
+  return state.global_ranks()[static_cast<size_t>(state.rank())];
+}
+
 void run_pool(detail::GroupState& state, ExecContext& context, const Algorithm& algorithm,
               std::chrono::milliseconds timeout) {
   transport::GroupTransport& transport = context.transport;
   transport::ControlHeader& header = transport.header();
+  const uint64_t sequence = context.plan.sequence;
   const uint64_t total = algorithm.count_chunks(context);
   const uint64_t base = state.take_pool(total);
   const uint64_t end = base + total;
   if (total == 0) return;
   uint64_t claimed = header.claim.load(std::memory_order_relaxed);
   bool resolved = false;
+  bool ran_one = false;
   while (claimed < end) {
     // The counter only grows, so a stale `claimed` can never succeed (no ABA).
     if (!header.claim.compare_exchange_weak(claimed, claimed + 1, std::memory_order_acq_rel,
                                             std::memory_order_relaxed)) {
       continue;
     }
-    SHMCCL_CHECK(claimed >= base, "work pool counter ", claimed, " is behind this collective's ",
-                 base);
+    if (claimed < base) [[unlikely]] {
+      throw RemoteError(detail::concat("in ", context.plan.name, " (sequence ", sequence,
+                                       "): the work pool counter is at chunk ", claimed,
+                                       ", behind this collective's first chunk ", base,
+                                       ": the control block is corrupt"));
+    }
     // Map the peers' buffers only once this rank has work: while a chunk is unfinished no rank
     // can leave the collective, so every owner is still alive (a rank that found no chunk left
     // never touches peers that may already have exited).
@@ -251,19 +264,32 @@ void run_pool(detail::GroupState& state, ExecContext& context, const Algorithm& 
       resolved = true;
     }
     algorithm.run_chunk(context, claimed - base);
+    if (!ran_one) {
+      ran_one = true;
+      fault::point(fault::Point::kMidCopy, global_rank(state), sequence);
+    }
     // Release: the chunk's writes happen-before any rank that sees the count reach `end`.
     if (header.done.fetch_add(1, std::memory_order_seq_cst) + 1 == end) transport.notify();
     claimed = header.claim.load(std::memory_order_relaxed);
     if (!transport.healthy()) transport.check_healthy();
   }
-  transport.wait_until([&] { return header.done.load(std::memory_order_acquire) >= end; }, timeout,
-                       [&] {
-                         return detail::concat("in ", context.plan.name, " (sequence ",
-                                               context.plan.sequence, ", timeout ",
-                                               state.timeout().count(), " ms): waiting for ",
-                                               end - header.done.load(std::memory_order_acquire),
-                                               " chunks of work claimed by other ranks");
-                       });
+  if (!ran_one) fault::point(fault::Point::kMidCopy, global_rank(state), sequence);
+  transport.slot(context.rank).pool_finished.store(sequence, std::memory_order_relaxed);
+  transport.wait_until(
+      [&] { return header.done.load(std::memory_order_acquire) >= end; }, timeout,
+      [&] {
+        std::string behind;
+        for (int r = 0; r < context.size; ++r) {
+          if (transport.slot(r).pool_finished.load(std::memory_order_relaxed) < sequence) {
+            behind += (behind.empty() ? "" : ", ") + std::to_string(r);
+          }
+        }
+        return detail::concat("in ", context.plan.name, " (sequence ", sequence, ", timeout ",
+                              state.timeout().count(), " ms): waiting for ",
+                              end - header.done.load(std::memory_order_acquire),
+                              " chunks of work claimed by ranks ", behind,
+                              ", which have not finished their share");
+      });
 }
 
 }  // namespace
@@ -289,89 +315,124 @@ std::string describe(const OpDescriptor& descriptor) {
   return out.str();
 }
 
-void execute(detail::GroupState& state, const OpPlan& plan) {
+namespace {
+
+// The collective itself (execute() adds tracing and failure handling around it). True when it
+// ran the work pool (false: the data travelled inline).
+bool run(detail::GroupState& state, const OpPlan& plan) {
   transport::GroupTransport& transport = state.transport();
-  state.check_not_failed();
-  try {
-    transport.check_healthy();
-    const int rank = transport.rank();
-    const int size = transport.size();
-    const uint64_t sequence = plan.sequence;
-    const int parity = static_cast<int>(sequence & 1);
-    const Algorithm& algorithm = algorithm_for(plan.kind);
-    transport::RankSlot& mine = transport.slot(rank);
-    OpDescriptor& descriptor = mine.descriptors[parity];
-    transport::ArrivalLine& arrival = mine.arrivals[parity];
-    fill_descriptor(plan, descriptor);
-    const uint64_t payload_bytes = algorithm.inline_bytes(plan, size);
-    const bool inline_payload = payload_bytes <= inline_limit();
-    // Tiny payloads ride in the arrival line itself: one cache-line transfer per peer.
-    const bool in_arrival_line = payload_bytes <= transport::kArrivalPayloadBytes;
-    descriptor.inline_payload = inline_payload ? (in_arrival_line ? 2 : 1) : 0;
+  transport.check_healthy();
+  const int rank = transport.rank();
+  const int size = transport.size();
+  const int me = global_rank(state);
+  const uint64_t sequence = plan.sequence;
+  const int parity = static_cast<int>(sequence & 1);
+  const Algorithm& algorithm = algorithm_for(plan.kind);
+  transport::RankSlot& mine = transport.slot(rank);
+  OpDescriptor& descriptor = mine.descriptors[parity];
+  transport::ArrivalLine& arrival = mine.arrivals[parity];
+  fill_descriptor(plan, descriptor);
+  const uint64_t payload_bytes = algorithm.inline_bytes(plan, size);
+  const bool inline_payload = payload_bytes <= inline_limit();
+  // Tiny payloads ride in the arrival line itself: one cache-line transfer per peer.
+  const bool in_arrival_line = payload_bytes <= transport::kArrivalPayloadBytes;
+  descriptor.inline_payload = inline_payload ? (in_arrival_line ? 2 : 1) : 0;
 
-    std::optional<PoolBuffers> pool;
-    if (inline_payload) {
-      algorithm.stage_inline(plan, rank,
-                             in_arrival_line ? arrival.payload : mine.inline_data[parity]);
-    } else {
-      pool.emplace(pool_buffers(plan));
-      const PoolBuffers& buffers = *pool;
-      descriptor.input = buffer_ref(buffers.input);
-      descriptor.output = buffer_ref(buffers.output);
-      for (size_t j = 0; j < buffers.outputs.size(); ++j) {
-        descriptor.outputs[j] = buffer_ref(buffers.outputs[j]);
-      }
+  std::optional<PoolBuffers> pool;
+  if (inline_payload) {
+    algorithm.stage_inline(plan, rank,
+                           in_arrival_line ? arrival.payload : mine.inline_data[parity]);
+  } else {
+    pool.emplace(pool_buffers(plan));
+    const PoolBuffers& buffers = *pool;
+    descriptor.input = buffer_ref(buffers.input);
+    descriptor.output = buffer_ref(buffers.output);
+    for (size_t j = 0; j < buffers.outputs.size(); ++j) {
+      descriptor.outputs[j] = buffer_ref(buffers.outputs[j]);
     }
-    arrival.fingerprint = fingerprint(descriptor);
-    // Release (seq_cst for notify's Dekker pairing): descriptor, payload and fingerprint
-    // happen-before any peer that sees this arrival.
-    arrival.sequence.store(sequence, std::memory_order_seq_cst);
-    auto everyone_arrived = [&] {
-      for (int r = 0; r < size; ++r) {
-        if (transport.slot(r).arrivals[parity].sequence.load(std::memory_order_seq_cst) !=
-            sequence) {
-          return false;
-        }
-      }
-      return true;
-    };
-    // Sleepers wait for everyone, so only the arrival that completes the set needs to wake them
-    // (no thundering herd when ranks outnumber cores). Two last arrivals racing: each store is
-    // seq_cst and precedes its check, so at least one of them sees the other and wakes.
-    if (everyone_arrived()) transport.notify();
-
-    const auto timeout = state.timeout();
-    transport.wait_until(everyone_arrived, timeout, [&] {
-      return detail::concat("in ", plan.name, " (sequence ", sequence, ", timeout ",
-                            state.timeout().count(), " ms): ranks ",
-                            transport::late_ranks(transport, sequence), " have not called it");
-    });
-
-    ExecContext context(transport, plan, rank, size, chunk_bytes());
-    static const uint64_t streaming_bytes = config::get_bytes("SHMCCL_STREAMING_BYTES");
-    context.streaming = !inline_payload && output_bytes(plan, size) >= streaming_bytes;
+  }
+  arrival.fingerprint = fingerprint(descriptor);
+  fault::point(fault::Point::kBeforeArrival, me, sequence, plan.kind == OpKind::kBarrier);
+  // Release (seq_cst for notify's Dekker pairing): descriptor, payload and fingerprint
+  // happen-before any peer that sees this arrival.
+  arrival.sequence.store(sequence, std::memory_order_seq_cst);
+  fault::point(fault::Point::kAfterArrival, me, sequence);
+  auto everyone_arrived = [&] {
     for (int r = 0; r < size; ++r) {
-      const transport::RankSlot& slot = transport.slot(r);
-      if (slot.arrivals[parity].fingerprint != arrival.fingerprint) [[unlikely]] {
-        throw RemoteError(detail::concat("collective mismatch in ", plan.name, ": rank ", rank,
-                                         " called ", describe(descriptor), " but rank ", r,
-                                         " called ", describe(slot.descriptors[parity])));
+      if (transport.slot(r).arrivals[parity].sequence.load(std::memory_order_seq_cst) != sequence) {
+        return false;
       }
-      context.descriptors[r] = &slot.descriptors[parity];
-      context.payloads[r] =
-          in_arrival_line ? slot.arrivals[parity].payload : slot.inline_data[parity];
     }
-    if (inline_payload) {
-      algorithm.finish_inline(context);
-      return;
+    return true;
+  };
+  // Sleepers wait for everyone, so only the arrival that completes the set needs to wake them
+  // (no thundering herd when ranks outnumber cores). Two last arrivals racing: each store is
+  // seq_cst and precedes its check, so at least one of them sees the other and wakes.
+  if (everyone_arrived()) transport.notify();
+
+  const auto timeout = state.timeout();
+  transport.wait_until(everyone_arrived, timeout, [&] {
+    return detail::concat("in ", plan.name, " (sequence ", sequence, ", timeout ",
+                          state.timeout().count(), " ms): ranks ",
+                          transport::late_ranks(transport, sequence), " have not called it");
+  });
+
+  ExecContext context(transport, plan, rank, size, chunk_bytes());
+  static const uint64_t streaming_bytes = config::get_bytes("SHMCCL_STREAMING_BYTES");
+  context.streaming = !inline_payload && output_bytes(plan, size) >= streaming_bytes;
+  for (int r = 0; r < size; ++r) {
+    const transport::RankSlot& slot = transport.slot(r);
+    if (slot.arrivals[parity].fingerprint != arrival.fingerprint) [[unlikely]] {
+      throw RemoteError(detail::concat("collective mismatch in ", plan.name, ": rank ", rank,
+                                       " called ", describe(descriptor), " but rank ", r,
+                                       " called ", describe(slot.descriptors[parity])));
     }
+    context.descriptors[r] = &slot.descriptors[parity];
+    context.payloads[r] =
+        in_arrival_line ? slot.arrivals[parity].payload : slot.inline_data[parity];
+  }
+  fault::point(fault::Point::kBeforeCopy, me, sequence);
+  if (inline_payload) {
+    algorithm.finish_inline(context);
+    fault::point(fault::Point::kMidCopy, me, sequence);
+  } else {
+    // Work-pool collectives are long enough to afford precise times.
+    if (state.trace() != nullptr && !plan.async_op) state.trace()->started(sequence);
     run_pool(state, context, algorithm, timeout);
     if (pool->copy_out) copy_out(plan, *pool);
-  } catch (const Error& error) {
-    state.mark_failed(error.what());
-    SHMCCL_WARN(kColl, "group ", state.comm_name(), ": ", error.what());
+  }
+  fault::point(fault::Point::kAfterCopy, me, sequence);
+  return !inline_payload;
+}
+
+}  // namespace
+
+void execute(detail::GroupState& state, const OpPlan& plan) {
+  TraceRing* trace = state.trace();
+  state.set_executing(plan.sequence);
+  if (trace != nullptr && plan.async_op) trace->started(plan.sequence);
+  auto record_failure = [&] {
+    if (trace != nullptr) trace->finished(plan.sequence, false, true);
+  };
+  try {
+    state.check_not_failed();
+  } catch (const Error&) {
+    record_failure();
     throw;
   }
+  bool pooled = false;
+  try {
+    pooled = run(state, plan);
+  } catch (const Error& error) {
+    record_failure();
+    if (state.mark_failed(error.what())) {
+      SHMCCL_WARN(kColl, "group ", state.comm_name(), ": ", error.what());
+      FlightRecorder::instance().dump(
+          detail::concat("group ", state.comm_name(), ": ", error.what()), DumpTrigger::kFailure);
+    }
+    throw;
+  }
+  if (trace != nullptr) trace->finished(plan.sequence, true, pooled || plan.async_op);
 }
 
 const Algorithm& algorithm_for(OpKind kind) {

@@ -14,14 +14,34 @@ GroupState::GroupState(std::unique_ptr<transport::GroupTransport> transport,
       global_ranks_(std::move(global_ranks)),
       comm_name_(std::move(comm_name)),
       timeout_ms_(timeout.count()),
-      completed_work_(std::make_shared<Work>("completed synchronous collective")) {
+      completed_work_(std::make_shared<Work>("completed synchronous collective")),
+      trace_(collectives::FlightRecorder::instance().new_ring(comm_name_, rank(), size())) {
   completed_work_->finish();
+  active_trace_ = trace_.get();
+  if (trace_) {
+    // A collective that has to sleep while it waits gets a precise time in the recorder.
+    transport_->set_sleep_listener(
+        [](void* context) {
+          auto* self = static_cast<GroupState*>(context);
+          if (self->active_trace_ != nullptr)
+            self->active_trace_->waiting(self->executing_sequence_);
+        },
+        this);
+    // Every survivor of a peer's death writes its flight recorder, also when it is not in a
+    // collective (the callback runs on the peer monitor's thread: hand the dump to the dumper).
+    transport_->set_peer_death_listener([name = comm_name_](const std::string& what) {
+      collectives::FlightRecorder::instance().request_dump("group " + name + ": " + what);
+    });
+  }
 }
 
 // Collectives still queued reference this state; ProcessGroup's destructor drains the stream
 // before destroying it, so there is nothing to wait for here (and a destructor must not rethrow a
 // stream error).
-GroupState::~GroupState() = default;
+GroupState::~GroupState() {
+  transport_.reset();  // no peer-death callback from here on
+  collectives::FlightRecorder::instance().retire(trace_);
+}
 
 npu::detail::StreamImpl& GroupState::comm_stream() {
   std::call_once(comm_stream_once_,
@@ -29,12 +49,12 @@ npu::detail::StreamImpl& GroupState::comm_stream() {
   return *comm_stream_;
 }
 
-void GroupState::mark_failed(const std::string& message) {
+bool GroupState::mark_failed(const std::string& message) {
   std::lock_guard<std::mutex> lock(failure_mutex_);
-  if (!failed_.load(std::memory_order_relaxed)) {
-    failure_ = message;
-    failed_.store(true, std::memory_order_release);
-  }
+  if (failed_.load(std::memory_order_relaxed)) return false;
+  failure_ = message;
+  failed_.store(true, std::memory_order_release);
+  return true;
 }
 
 void GroupState::check_not_failed() const {

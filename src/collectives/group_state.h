@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/flight_recorder.h"
 #include "device/stream_impl.h"
 #include "shmccl/work.hpp"
 #include "transport/group_transport.h"
@@ -53,12 +54,22 @@ class GroupState {
   bool has_comm_stream() const { return comm_stream_ != nullptr; }
 
   // A failed group stays failed (its ranks may disagree on where the work pool stands): every
-  // later collective throws the first failure.
-  void mark_failed(const std::string& message);
+  // later collective throws the first failure. True when this was the first failure.
+  bool mark_failed(const std::string& message);
   void check_not_failed() const;
 
   // What synchronous collectives return: an already completed Work (no allocation per call).
   const std::shared_ptr<Work>& completed_work() const { return completed_work_; }
+
+  // This group's flight recorder ring; nullptr when the recorder is off
+  // (SHMCCL_TRACE_BUFFER_SIZE=0).
+  collectives::TraceRing* trace() const { return active_trace_; }
+  // Suspends or resumes recording, to measure the recorder's cost in one process
+  // (bench/collectives_bench.cc). Only between collectives; not thread-safe.
+  void set_trace_active(bool active) { active_trace_ = active ? trace_.get() : nullptr; }
+  // The collective this group is executing (set by the executor; read by the sleep listener on
+  // the same thread).
+  void set_executing(uint64_t sequence) { executing_sequence_ = sequence; }
 
  private:
   std::unique_ptr<transport::GroupTransport> transport_;
@@ -73,6 +84,9 @@ class GroupState {
   mutable std::mutex failure_mutex_;
   std::string failure_;
   std::shared_ptr<Work> completed_work_;
+  std::shared_ptr<collectives::TraceRing> trace_;
+  collectives::TraceRing* active_trace_ = nullptr;  // trace_, or nullptr while suspended
+  uint64_t executing_sequence_ = 0;
 };
 
 }  // namespace shmccl::detail

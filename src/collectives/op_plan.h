@@ -54,6 +54,7 @@ struct OpPlan {
     copy->num_splits = num_splits;
     copy->splits = splits;
     copy->sequence = sequence;
+    copy->async_op = async_op;
     if (input_ != nullptr) copy->own_input(*input_);
     if (output_ != nullptr) copy->own_output(*output_);
     if (outputs_ != nullptr) {
@@ -72,6 +73,7 @@ struct OpPlan {
   int num_splits = 0;
   std::array<int64_t, transport::kMaxRanks> splits;  // rows per rank, [0, num_splits) set
   uint64_t sequence = 0;
+  bool async_op = false;  // runs on the group's stream, reported through a Work
 
   int64_t row_bytes() const { return row_elements * static_cast<int64_t>(element_size(dtype)); }
   int64_t rows_before(int rank) const {

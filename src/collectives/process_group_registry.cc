@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 
+#include "collectives/fault_injection.h"
 #include "collectives/group_state.h"
 #include "collectives/registry.h"
 #include "collectives/rendezvous.h"
@@ -47,6 +48,7 @@ void init_process_group(const InitOptions& options) {
                    "destroy_process_group() first");
   collectives::JobInfo job = collectives::resolve_job(options);
   log::set_rank(job.rank);
+  collectives::fault::configure();
   auto rendezvous = std::make_unique<collectives::Rendezvous>(job);
   std::vector<int> everyone(static_cast<size_t>(job.world_size));
   for (int r = 0; r < job.world_size; ++r)

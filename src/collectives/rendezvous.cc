@@ -3,12 +3,14 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <functional>
 
+#include "collectives/fault_injection.h"
 #include "core/check.h"
 #include "core/config.h"
 #include "core/logging.h"
@@ -108,7 +110,14 @@ Rendezvous::Rendezvous(JobInfo job) : job_(std::move(job)) {
       ::flock(lock_fd_, LOCK_SH);
     }
   }
-  store_ = transport::ShmStore::open_or_create(job_.ns, job_.timeout);
+  try {
+    store_ = transport::ShmStore::open_or_create(job_.ns, job_.timeout);
+  } catch (...) {
+    // No store (a full /dev/shm...): nothing of this rank may stay behind.
+    if (created_lock_) unlink_lock();
+    if (lock_fd_ >= 0) ::close(lock_fd_);
+    throw;
+  }
   prefix_ = "g" + std::to_string(++g_generation) + "/";
   const int64_t claims = store_->add(prefix_ + "rank/" + std::to_string(job_.rank), 1);
   if (claims != 1) {
@@ -137,7 +146,17 @@ std::unique_ptr<transport::GroupTransport> Rendezvous::connect_group(
     const std::string name =
         transport::segment_name(job_.ns, prefix_.substr(0, prefix_.size() - 1) + "." + key + "." +
                                              transport::random_token());
-    transport = transport::GroupTransport::create(name, group_rank, group_size);
+    try {
+      transport = transport::GroupTransport::create(name, group_rank, group_size);
+    } catch (const Error& error) {
+      // Tell the other members at once (they would wait for the timeout otherwise): a value that
+      // is not a segment name, "!<kind>:<message>", which they rethrow.
+      const bool full = dynamic_cast<const OutOfMemoryError*>(&error) != nullptr;
+      const std::string what = error.what();
+      store_->set(name_key, (full ? "!oom:" : "!error:") +
+                                what.substr(0, transport::ShmStore::kMaxValueSize - 16));
+      throw;
+    }
     store_->set(name_key, name);
   } else {
     std::string name;
@@ -149,8 +168,17 @@ std::unique_ptr<transport::GroupTransport> Rendezvous::connect_group(
           "init: rank ", global_ranks[0], " (the first rank of group ", key,
           ") did not arrive within ", timeout.count(), " ms; job '", job_.job_id, "'"));
     }
+    if (!name.empty() && name[0] == '!') {
+      const size_t colon = name.find(':');
+      const std::string message = detail::concat(
+          "rank ", global_ranks[0], " could not create group ", key,
+          "'s control block: ", name.substr(colon == std::string::npos ? 1 : colon + 1));
+      if (name.rfind("!oom:", 0) == 0) throw OutOfMemoryError(message);
+      throw RemoteError(message);
+    }
     transport = transport::GroupTransport::open(name, group_rank, group_size);
   }
+  fault::point(fault::Point::kRendezvous, job_.rank, ++groups_connected_);
   transport->wait_for_all_attached(deadline);
   return transport;
 }
@@ -158,15 +186,25 @@ std::unique_ptr<transport::GroupTransport> Rendezvous::connect_group(
 void Rendezvous::abandon() {
   if (job_.launcher_owns_namespace) return;
   if (auto* shm_store = dynamic_cast<transport::ShmStore*>(store_.get())) shm_store->unlink();
-  if (created_lock_) ::unlink(("/dev/shm/shmccl." + job_.ns + ".lock").c_str());
+  if (created_lock_) unlink_lock();
 }
 
 void Rendezvous::world_complete() {
-  const int64_t complete = store_->add(prefix_ + "complete", 1);
-  if (complete == job_.world_size) {
-    // Every rank has the store mapped; the last one removes the names.
-    if (auto* shm_store = dynamic_cast<transport::ShmStore*>(store_.get())) shm_store->unlink();
-    if (created_lock_) ::unlink(("/dev/shm/shmccl." + job_.ns + ".lock").c_str());
+  // Every rank attached to the default group's control block, so every rank has the store mapped
+  // and the lock open: the names can go now. Every rank removes them (whichever comes first), so
+  // a rank that dies right after attaching leaks nothing; each removal checks that the name still
+  // refers to this job's object (a fast rank may already be in its next init, with new ones).
+  if (auto* shm_store = dynamic_cast<transport::ShmStore*>(store_.get())) shm_store->unlink();
+  if (created_lock_) unlink_lock();
+}
+
+void Rendezvous::unlink_lock() {
+  const std::string path = "/dev/shm/shmccl." + job_.ns + ".lock";
+  struct stat ours {
+  }, current{};
+  if (::fstat(lock_fd_, &ours) == 0 && ::stat(path.c_str(), &current) == 0 &&
+      ours.st_dev == current.st_dev && ours.st_ino == current.st_ino) {
+    ::unlink(path.c_str());
   }
 }
 

@@ -51,11 +51,14 @@ class Rendezvous {
   void abandon();
 
  private:
+  void unlink_lock();  // removes the lock's name if it still names our lock file
+
   JobInfo job_;
   std::unique_ptr<transport::Store> store_;
   int lock_fd_ = -1;
   bool created_lock_ = false;
-  std::string prefix_;  // "g<generation>/": keys of this init within the job's store
+  std::string prefix_;             // "g<generation>/": keys of this init within the job's store
+  uint64_t groups_connected_ = 0;  // connect_group calls (the rendezvous fault point's sequence)
 };
 
 }  // namespace shmccl::collectives

@@ -50,6 +50,17 @@ constexpr std::array kSettings = {
     Setting{"SHMCCL_YIELD_TIME", Kind::kSeconds, "200us",
             "when ranks outnumber cores: how long a waiting rank yields its core to the others "
             "before it sleeps"},
+    Setting{"SHMCCL_TRACE_BUFFER_SIZE", Kind::kInt, "2000",
+            "flight recorder: collectives remembered per process group (0: off); written to the "
+            "log and SHMCCL_TRACE_FILE on a timeout, a dead peer, a mismatch or SIGUSR1"},
+    Setting{"SHMCCL_TRACE_FILE", Kind::kString, "",
+            "flight recorder file prefix: rank r writes <prefix>.<r> (empty: log only)"},
+    Setting{"SHMCCL_TRACE_SIGNAL", Kind::kBool, "1",
+            "dump the flight recorder on SIGUSR1 (installed only while SIGUSR1 has its default "
+            "action, so a program's own handler wins)"},
+    Setting{"SHMCCL_FAULT", Kind::kString, "",
+            "fault injection (test builds): <point>:<rank>[:<action>][:<sequence>], e.g. "
+            "mid_copy:1:kill:3; docs/reliability.md lists the points"},
     Setting{"SHMCCL_JOB_ID", Kind::kString, "", "job id shared by the ranks of one job"},
     Setting{"SHMCCL_NAMESPACE", Kind::kString, "",
             "prefix of the job's shared-memory segment names (set by shmrun)"},

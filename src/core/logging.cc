@@ -140,6 +140,10 @@ void set_rank(int rank) noexcept {
   g_rank.store(rank, std::memory_order_relaxed);
 }
 
+int rank() noexcept {
+  return g_rank.load(std::memory_order_relaxed);
+}
+
 void reload() noexcept {
   parse_environment();
 }

@@ -31,6 +31,7 @@ void write(Level level, Subsys subsys, const std::string& message) noexcept;
 
 // The rank printed in the prefix (-1: none yet).
 void set_rank(int rank) noexcept;
+int rank() noexcept;
 // Re-reads SHMCCL_DEBUG / SHMCCL_DEBUG_SUBSYS (for tests).
 void reload() noexcept;
 

@@ -112,6 +112,12 @@ Arena& arena(int device) {
   return *device_state(resolve_device(device)).arena;
 }
 
+Arena* existing_arena(int device) noexcept {
+  if (device < 0 || device >= kMaxDevices) return nullptr;
+  DeviceState& entry = process_state().devices[static_cast<size_t>(device)];
+  return entry.ready.load(std::memory_order_acquire) ? entry.arena.get() : nullptr;
+}
+
 CachingAllocator& allocator(int device) {
   return *device_state(resolve_device(device)).allocator;
 }

@@ -26,6 +26,10 @@ npu::detail::StreamImpl& current_stream_impl(int device);
 Arena& arena(int device);
 CachingAllocator& allocator(int device);
 
+// The arena of `device` if this process created it, else nullptr (never creates one; any int is
+// accepted, for indices read from shared memory).
+Arena* existing_arena(int device) noexcept;
+
 // The device whose arena contains `pointer`, or -1 for host memory.
 int device_of_pointer(const void* pointer);
 

@@ -15,6 +15,7 @@
 
 #include "core/check.h"
 #include "core/logging.h"
+#include "shmccl/npu.hpp"
 
 namespace shmccl::npu::detail {
 namespace {
@@ -126,6 +127,14 @@ void StreamImpl::worker_loop(const std::shared_ptr<State>& state) {
   std::snprintf(name, sizeof(name), "npu%d:s%llu", s.device, static_cast<unsigned long long>(s.id));
   pthread_setname_np(pthread_self(), name);
   t_running_stream = &s;
+  // Work on a stream runs with the stream's device current (as CUDA does): a task that allocates
+  // (the staging buffers of an asynchronous host-tensor collective) does so on that device, not on
+  // device 0 of a fresh thread.
+  try {
+    npu::set_device(s.device);
+  } catch (const Error&) {
+    // A device index beyond SHMCCL_NPU_DEVICE_COUNT (tests make such streams): keep device 0.
+  }
 
   std::unique_lock<std::mutex> lock(s.mutex);
   for (;;) {

@@ -15,7 +15,9 @@
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
+#include <string>
 
 #include "core/check.h"
 
@@ -184,6 +186,26 @@ void ChildProcess::send_signal(int signal_number) {
         "pidfd_send_signal(" + std::to_string(pid_) + ", " + signal_name(signal_number) + ")",
         errno);
   }
+}
+
+void ChildProcess::send_signal_to_rank(int signal_number) {
+  if (!pidfd_ || status_) return;
+  if (pidfd_send_signal(pidfd_.get(), signal_number) < 0 && errno != ESRCH) {
+    detail::throw_system_error(
+        "pidfd_send_signal(" + std::to_string(pid_) + ", " + signal_name(signal_number) + ")",
+        errno);
+  }
+}
+
+bool ChildProcess::catches(int signal_number) const {
+  if (!pidfd_ || status_ || signal_number < 1 || signal_number > 64) return false;
+  std::ifstream status("/proc/" + std::to_string(pid_) + "/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("SigCgt:", 0) != 0) continue;
+    const uint64_t caught = std::strtoull(line.c_str() + 7, nullptr, 16);
+    return (caught >> (signal_number - 1) & 1) != 0;
+  }
+  return false;
 }
 
 bool ChildProcess::try_reap() {

@@ -64,7 +64,12 @@ class ChildProcess {
   const std::optional<ExitStatus>& status() const { return status_; }
 
   // Sends a signal unless the child was already reaped; ESRCH (already exiting) is not an error.
+  // The signal goes to the rank's whole process group (what it started, too).
   void send_signal(int signal_number);
+  // The same, to the rank process only.
+  void send_signal_to_rank(int signal_number);
+  // True when the (unreaped) child has a handler for `signal_number` (/proc/<pid>/status SigCgt).
+  bool catches(int signal_number) const;
   // Collects the exit status if the child has exited (non-blocking); true once reaped.
   bool try_reap();
 

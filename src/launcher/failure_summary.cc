@@ -38,7 +38,9 @@ void append_entry(std::string& out, int index, const RankExit& exit,
     field("log_file", context.log_files[rank]);
   }
   if (!context.trace_file.empty()) {
-    field("trace_file", context.trace_file + "." + std::to_string(exit.rank));
+    const bool written = rank < context.trace_written.size() && context.trace_written[rank];
+    field("trace_file",
+          context.trace_file + "." + std::to_string(exit.rank) + (written ? "" : " (not written)"));
   }
 }
 

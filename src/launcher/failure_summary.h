@@ -31,6 +31,7 @@ struct SummaryContext {
   std::string host;
   std::vector<std::string> log_files;  // by rank; empty: no log file
   std::string trace_file;              // SHMCCL_TRACE_FILE; rank r writes "<value>.<r>"
+  std::vector<bool> trace_written;     // by rank: its flight recorder file exists
 };
 
 // `root_cause` first, then `others` (ranks that did not succeed), in that order.

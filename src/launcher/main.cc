@@ -2,11 +2,13 @@
 //
 // shmrun: starts the ranks of a shmccl job on this host and supervises them (docs/launcher.md).
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -80,6 +82,7 @@ int run_job(const Options& options) {
     std::fprintf(stderr, "shmrun: warning: %s\n", warning.c_str());
   }
 
+  const std::time_t job_start = std::time(nullptr) - 1;  // st_mtime has whole seconds here
   SignalWatcher signals;
   WorkerGroup group(plan, signals);
   for (int restart = 0;; ++restart) {
@@ -107,6 +110,13 @@ int run_job(const Options& options) {
     for (const RankPlan& rank : plan.ranks)
       context.log_files.push_back(rank.log_file);
     context.trace_file = plan.trace_file;
+    for (const RankPlan& rank : plan.ranks) {
+      // Written by this job: a file from an earlier run does not count.
+      const std::string path = plan.trace_file + "." + std::to_string(rank.rank);
+      struct stat info {};
+      context.trace_written.push_back(!plan.trace_file.empty() && stat(path.c_str(), &info) == 0 &&
+                                      info.st_mtime >= job_start);
+    }
     const std::string summary = format_failure_summary(context, failed, result.others);
     std::fflush(stdout);
     std::fputs(summary.c_str(), stderr);

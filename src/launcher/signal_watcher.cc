@@ -13,7 +13,7 @@ namespace shmccl::launcher {
 SignalWatcher::SignalWatcher() {
   sigset_t handled;
   sigemptyset(&handled);
-  for (int signal_number : {SIGINT, SIGTERM, SIGHUP, SIGQUIT})
+  for (int signal_number : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1})
     sigaddset(&handled, signal_number);
   SHMCCL_SYSCALL(sigprocmask(SIG_BLOCK, &handled, nullptr), "sigprocmask");
   fd_.reset(signalfd(-1, &handled, SFD_NONBLOCK | SFD_CLOEXEC));

@@ -1,7 +1,8 @@
 // Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
 //
-// SignalWatcher: turns SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to shmrun into readable events
-// on a signalfd, which the event loop polls like any other fd. Constructing it blocks those
+// SignalWatcher: turns SIGINT, SIGTERM, SIGHUP, SIGQUIT and SIGUSR1 (forwarded to the ranks: a
+// flight recorder dump) sent to shmrun into readable events on a signalfd, which the event loop
+// polls like any other fd. Constructing it blocks those
 // signals for the process (shmrun is single-threaded) and ignores SIGPIPE (a console reader
 // going away must not kill the supervisor); ChildProcess undoes both in the ranks. The signals
 // stay blocked after destruction: one arriving while shmrun exits must not override the exit

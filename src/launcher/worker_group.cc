@@ -3,10 +3,14 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/inotify.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <memory>
 
 #include "core/check.h"
@@ -130,21 +134,91 @@ class Supervisor {
     exit.time = std::chrono::system_clock::now();
     SHMCCL_INFO(kLaunch, "rank ", exit.rank, " (pid ", exit.pid,
                 ") ended: ", exit.status.describe(), "; ", live_, " still running");
-    if (exit.status.success()) return;
+    if (exit.status.success()) {
+      check_traces();
+      return;
+    }
     // Ctrl-C reaches the ranks and shmrun at once: a rank killed by it is not the root cause of
     // a failure, so look at shmrun's own pending signals before blaming the rank.
     if (!stopping_) handle_signals();
     exit.stopped = stopping_;
-    if (stopping_) {
+    if (stopping_ || root_cause_) {
       others_.push_back(exit);
+      check_traces();
     } else {
       root_cause_ = exit;
-      begin_stop();
+      on_failure();
     }
+  }
+
+  // The first failure. With SHMCCL_TRACE_FILE set, the other ranks get a moment (kTraceWait at
+  // most) to write their flight recorder before SIGTERM: they learn of the failure as fast as
+  // shmrun (a pidfd, or the failing collective) and dump at once. The wait ends as soon as every
+  // live rank has written its file since the failure (inotify on the file's directory) or exited.
+  void on_failure() {
+    if (plan_.trace_file.empty() || live_ == 0) return begin_stop();
+    std::filesystem::path directory = std::filesystem::path(plan_.trace_file).parent_path();
+    if (directory.empty()) directory = ".";
+    inotify_.reset(inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
+    if (!inotify_ ||
+        inotify_add_watch(inotify_.get(), directory.c_str(), IN_CLOSE_WRITE | IN_MOVED_TO) < 0) {
+      SHMCCL_INFO(kLaunch, "cannot watch ", directory.string(),
+                  " for flight recorder files: ", std::strerror(errno));
+      return begin_stop();
+    }
+    // A dump made just before shmrun saw the failure counts (file times are coarse).
+    trace_threshold_ = std::chrono::system_clock::now() - std::chrono::milliseconds(100);
+    awaiting_traces_ = true;
+    arm_inotify();
+    trace_timer_ = loop_.add_timeout(kTraceWait, [this](int) {
+      trace_timer_ = 0;
+      SHMCCL_INFO(kLaunch, "not every rank wrote its flight recorder within ",
+                  std::chrono::duration<double>(kTraceWait).count(), " s");
+      end_trace_wait();
+    });
+    check_traces();
+  }
+
+  void arm_inotify() {
+    trace_poll_ = loop_.add_poll(inotify_.get(), POLLIN, [this](int) {
+      trace_poll_ = 0;
+      char events[4096];
+      while (read(inotify_.get(), events, sizeof(events)) > 0) {
+      }
+      check_traces();
+      if (awaiting_traces_) arm_inotify();
+    });
+  }
+
+  // Ends the wait once every rank still running has written its flight recorder file.
+  void check_traces() {
+    if (!awaiting_traces_) return;
+    for (const Rank& rank : ranks_) {
+      if (rank.child.reaped()) continue;
+      const std::string path = plan_.trace_file + "." + std::to_string(rank.plan->rank);
+      std::error_code error;
+      const auto written = std::filesystem::last_write_time(path, error);
+      if (error) return;
+      const auto when = std::chrono::file_clock::to_sys(written);
+      if (when < trace_threshold_) return;
+    }
+    SHMCCL_INFO(kLaunch, "every running rank wrote its flight recorder");
+    end_trace_wait();
+  }
+
+  void end_trace_wait() {
+    if (!awaiting_traces_) return;
+    awaiting_traces_ = false;
+    if (trace_timer_ != 0) loop_.cancel(trace_timer_);
+    if (trace_poll_ != 0) loop_.cancel(trace_poll_);
+    trace_timer_ = trace_poll_ = 0;
+    inotify_.reset();
+    begin_stop();
   }
 
   void begin_stop() {
     if (stopping_) return;
+    if (awaiting_traces_) return end_trace_wait();
     stopping_ = true;
     if (live_ == 0) return;
     SHMCCL_INFO(kLaunch, "stopping ", live_, " ranks: SIGTERM, SIGKILL after ",
@@ -171,9 +245,29 @@ class Supervisor {
     });
   }
 
+  // SIGUSR1 asks every rank for a flight recorder dump; only ranks that handle it get it (shmccl
+  // installs its handler when a rank creates its first group): to the others it would be fatal.
+  void forward_dump_request() {
+    for (Rank& rank : ranks_) {
+      if (rank.child.reaped()) continue;
+      if (rank.child.catches(SIGUSR1)) {
+        rank.child.send_signal_to_rank(SIGUSR1);
+      } else {
+        std::fprintf(stderr,
+                     "shmrun: rank %d (pid %d) does not handle SIGUSR1 (no process group yet?): "
+                     "not forwarded\n",
+                     rank.plan->rank, static_cast<int>(rank.child.pid()));
+      }
+    }
+  }
+
   void handle_signals() {
     while (std::optional<int> signal_number = signals_.next()) {
       SHMCCL_INFO(kLaunch, "received ", signal_name(*signal_number));
+      if (*signal_number == SIGUSR1) {
+        forward_dump_request();
+        continue;
+      }
       if (!signal_) signal_ = *signal_number;
       if (stopping_) {
         kill_all();  // a second signal: no more grace
@@ -197,6 +291,13 @@ class Supervisor {
   EventLoop loop_;  // its handlers point into ranks_, which outlive the supervisor
   int live_;
   bool stopping_ = false;
+  // The flight recorder wait after the first failure (see on_failure).
+  static constexpr std::chrono::seconds kTraceWait{1};
+  bool awaiting_traces_ = false;
+  FileDescriptor inotify_;
+  EventLoop::OpId trace_poll_ = 0;
+  EventLoop::OpId trace_timer_ = 0;
+  std::chrono::system_clock::time_point trace_threshold_;
   std::optional<RankExit> root_cause_;
   std::vector<RankExit> others_;
   std::optional<int> signal_;

@@ -33,7 +33,7 @@ inline constexpr int kMaxRanks = 64;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr size_t kInlineBytes = 16 * 1024;  // small-collective payload per slot and parity
 inline constexpr uint64_t kControlMagic = 0x73686d63636c4342ull;  // "shmcclCB"
-inline constexpr uint32_t kControlVersion = 2;
+inline constexpr uint32_t kControlVersion = 3;
 
 // A buffer one rank exposes for one collective: where it lives in its owner's device arena.
 // arena.pid == 0 means "no buffer".
@@ -89,13 +89,21 @@ struct alignas(kCacheLine) RankSlot {
   // Written by the slot's owner only.
   ArrivalLine arrivals[2];  // by sequence parity
   std::atomic<int32_t> pid;
-  std::atomic<uint32_t> attached;  // 1 once the rank mapped the segment
-  char padding0[kCacheLine - 8];
+  std::atomic<uint32_t> attached;  // kAttached once the rank mapped the segment, kDetached after
+  // The last collective whose work pool this rank left with no chunk of its own unfinished: a
+  // timeout in the pool names the ranks behind (diagnostics only; never trusted for progress).
+  std::atomic<uint64_t> pool_finished;
+  char padding0[kCacheLine - 16];
   OpDescriptor descriptors[2];
   alignas(kCacheLine) unsigned char inline_data[2][kInlineBytes];
 };
 static_assert(sizeof(RankSlot) % kCacheLine == 0);
 static_assert(offsetof(RankSlot, descriptors) == 3 * kCacheLine);
+
+// RankSlot::attached: 0 until the rank maps the segment, then kAttached; kDetached once it has
+// destroyed its side of the group (its exit afterwards is not a failure worth a flight dump).
+inline constexpr uint32_t kAttached = 1;
+inline constexpr uint32_t kDetached = 2;
 
 // The last collective rank `slot` arrived at.
 inline uint64_t arrived_sequence(const RankSlot& slot) {

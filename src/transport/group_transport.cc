@@ -70,7 +70,7 @@ std::unique_ptr<GroupTransport> GroupTransport::create(const std::string& name, 
   std::unique_ptr<GroupTransport> transport(new GroupTransport(std::move(segment), rank, size));
   RankSlot& mine = transport->slot(rank);
   mine.pid.store(getpid(), std::memory_order_relaxed);
-  mine.attached.store(1, std::memory_order_relaxed);
+  mine.attached.store(kAttached, std::memory_order_relaxed);
   transport->header_->attached_count.fetch_add(1, std::memory_order_seq_cst);
   return transport;
 }
@@ -90,7 +90,7 @@ std::unique_ptr<GroupTransport> GroupTransport::open(const std::string& name, in
                    " of control block ", name, " is already taken by pid ",
                    mine.pid.load(std::memory_order_relaxed), ": two processes use the same rank");
   mine.pid.store(getpid(), std::memory_order_relaxed);
-  mine.attached.store(1, std::memory_order_seq_cst);
+  mine.attached.store(kAttached, std::memory_order_seq_cst);
   transport->header_->attached_count.fetch_add(1, std::memory_order_seq_cst);
   transport->notify();
   return transport;
@@ -99,6 +99,7 @@ std::unique_ptr<GroupTransport> GroupTransport::open(const std::string& name, in
 GroupTransport::~GroupTransport() {
   for (PeerMonitor::WatchId id : watches_)
     PeerMonitor::instance().unwatch(id);
+  slots_[rank_].attached.store(kDetached, std::memory_order_release);
 }
 
 void GroupTransport::wait_for_all_attached(Clock::time_point deadline) {
@@ -121,7 +122,10 @@ void GroupTransport::wait_for_all_attached(Clock::time_point deadline) {
   segment_.unlink();
   for (int r = 0; r < size_; ++r) {
     const pid_t pid = slots_[r].pid.load(std::memory_order_acquire);
-    SHMCCL_CHECK(pid > 0, "rank ", r, " attached without a pid");
+    if (pid <= 0) {
+      throw RemoteError(detail::concat("rank ", r, " attached to the group with pid ", pid,
+                                       ": the control block is corrupt"));
+    }
     peer_pids_[static_cast<size_t>(r)] = pid;
   }
   // Only now watch: a callback (on the monitor thread) reads peer_pids_, which must be complete
@@ -138,16 +142,29 @@ void GroupTransport::on_peer_death(pid_t pid) {
   for (int r = 0; r < size_; ++r) {
     if (peer_pids_[static_cast<size_t>(r)] == pid) dead_rank = r;
   }
+  // A peer that destroyed its side of the group first left on purpose (the end of a program):
+  // later collectives with it still fail, but it is not an incident.
+  const bool left =
+      dead_rank >= 0 && slots_[dead_rank].attached.load(std::memory_order_acquire) == kDetached;
+  const std::string what =
+      left ? detail::concat("rank ", dead_rank, " (pid ", pid, ") destroyed the group and exited")
+           : detail::concat("rank ", dead_rank, " (pid ", pid, ") died");
+  std::function<void(const std::string&)> listener;
   {
     std::lock_guard<std::mutex> lock(failure_mutex_);
-    if (peer_death_message_.empty()) {
-      peer_death_message_ = detail::concat("rank ", dead_rank, " (pid ", pid, ") died");
-    }
+    if (peer_death_message_.empty()) peer_death_message_ = what;
+    listener = peer_death_listener_;
   }
   peer_dead_.store(true, std::memory_order_release);
-  SHMCCL_INFO(kShm, "group peer rank ", dead_rank, " (pid ", pid, ") died");
+  SHMCCL_INFO(kShm, "group peer ", what);
   header_->wake_word.fetch_add(1, std::memory_order_seq_cst);
   futex_wake(&header_->wake_word);
+  if (listener && !left) listener(what);
+}
+
+void GroupTransport::set_peer_death_listener(std::function<void(const std::string&)> listener) {
+  std::lock_guard<std::mutex> lock(failure_mutex_);
+  peer_death_listener_ = std::move(listener);
 }
 
 bool GroupTransport::healthy() const {
@@ -160,6 +177,9 @@ std::string GroupTransport::failure_message() const {
     char reason[sizeof(header_->abort_reason) + 1] = {};
     std::memcpy(reason, header_->abort_reason, sizeof(header_->abort_reason));
     reason[sizeof(header_->abort_reason)] = '\0';
+    for (char& c : reason) {  // shared memory: whatever is there must print as text
+      if (c != '\0' && (c < 0x20 || c > 0x7e)) c = '?';
+    }
     return detail::concat("the group was aborted by rank ", header_->abort_rank, ": ", reason);
   }
   std::lock_guard<std::mutex> lock(failure_mutex_);
@@ -200,6 +220,7 @@ void GroupTransport::sleep_until(bool (*ready)(void*), void* context, Clock::tim
   // Yield before sleeping: when ranks outnumber cores the peer we wait for is usually runnable on
   // our core, and a yield hands it the core in about a microsecond, while a futex sleep costs a
   // wake-up of 5-10 us (tens in a VM). Bounded by SHMCCL_YIELD_TIME, then sleep for real.
+  if (sleep_listener_ != nullptr) sleep_listener_(sleep_listener_context_);
   const auto yield_until = Clock::now() + yield_budget_;
   for (int i = 0;; ++i) {
     if (ready(context)) return;
@@ -228,32 +249,63 @@ void GroupTransport::sleep_until(bool (*ready)(void*), void* context, Clock::tim
   }
 }
 
-char* GroupTransport::resolve(const BufferRef& ref, uint64_t bytes) const {
+char* GroupTransport::resolve(const BufferRef& shared_ref, uint64_t bytes) const {
   if (bytes == 0) return nullptr;
+  // One copy, then only the copy is used: a corrupt or hostile peer may change the descriptor
+  // while we look at it, so a check and the use must read the same values.
+  BufferRef ref;
+  std::memcpy(&ref, &shared_ref, sizeof(ref));
   const device::ArenaHandle& handle = ref.arena;
-  if (ref.bytes < bytes || ref.offset > handle.capacity || handle.capacity - ref.offset < bytes) {
-    throw RemoteError(detail::concat("a peer described a buffer of ", ref.bytes,
-                                     " bytes at offset ", ref.offset, " of an arena of ",
-                                     handle.capacity, " bytes; ", bytes, " bytes were needed"));
+  int owner = -1;
+  for (int r = 0; r < size_; ++r) {
+    if (handle.pid > 0 && peer_pids_[static_cast<size_t>(r)] == handle.pid) owner = r;
   }
+  if (owner < 0) {
+    throw RemoteError(detail::concat("a buffer descriptor names process ", handle.pid,
+                                     ", which is not a member of this group (",
+                                     "corrupt control block?)"));
+  }
+  auto out_of_bounds = [&](uint64_t capacity) {
+    return ref.bytes < bytes || ref.offset > capacity || capacity - ref.offset < bytes;
+  };
+  auto bounds_error = [&](uint64_t capacity) {
+    return RemoteError(detail::concat("rank ", owner, " (pid ", handle.pid,
+                                      ") described a buffer of ", ref.bytes, " bytes at offset ",
+                                      ref.offset, " of an arena of ", capacity, " bytes; ", bytes,
+                                      " bytes were needed"));
+  };
+  if (out_of_bounds(handle.capacity)) throw bounds_error(handle.capacity);
   if (handle.pid == getpid()) {
-    device::Arena& own = device::arena(handle.device);
-    if (own.handle().token != handle.token) {
-      throw RemoteError("a buffer names this process's arena with a wrong token");
+    device::Arena* own = device::existing_arena(handle.device);
+    if (own == nullptr || own->handle().token != handle.token) {
+      throw RemoteError(detail::concat("a buffer descriptor names NPU ", handle.device,
+                                       " of this process with a wrong token or no such arena"));
     }
-    return own.base() + ref.offset;
+    if (out_of_bounds(own->capacity())) throw bounds_error(own->capacity());
+    return own->base() + ref.offset;
   }
   ArenaMappings& registry = arena_mappings();
   std::shared_ptr<device::ArenaMapping> mapping;
-  {
+  try {
     std::lock_guard<std::mutex> lock(registry.mutex);
-    auto& entry = registry.mappings[{handle.pid, handle.token}];
-    if (!entry) entry = device::ArenaMapping::open(handle);
-    mapping = entry;
+    const auto key = std::make_pair(handle.pid, handle.token);
+    auto found = registry.mappings.find(key);
+    if (found == registry.mappings.end()) {
+      found = registry.mappings.emplace(key, device::ArenaMapping::open(handle)).first;
+    }
+    mapping = found->second;
+  } catch (const Error& error) {
+    // Usually the peer died while we were about to map its memory: say which rank it was.
+    if (!healthy()) throw RemoteError(failure_message() + "; " + error.what());
+    // A peer whose memory is already gone is exiting; its exit is reported a moment later.
+    if (PeerMonitor::wait_for_exit(handle.pid, std::chrono::milliseconds(100))) {
+      throw RemoteError(
+          detail::concat("rank ", owner, " (pid ", handle.pid, ") died; ", error.what()));
+    }
+    throw RemoteError(detail::concat("rank ", owner, " (pid ", handle.pid,
+                                     "): cannot map its NPU memory: ", error.what()));
   }
-  if (mapping->capacity() < ref.offset + bytes) {
-    throw RemoteError("a peer's buffer lies outside its arena");
-  }
+  if (out_of_bounds(mapping->capacity())) throw bounds_error(mapping->capacity());
   return mapping->base() + ref.offset;
 }
 

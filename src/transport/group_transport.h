@@ -66,6 +66,17 @@ class GroupTransport {
 
   // Marks the group aborted for every member; pending and future waits fail with `reason`.
   void abort(const std::string& reason);
+  // Called (on the peer monitor's thread; must not block) with "rank 1 (pid 123) died" when a
+  // peer process exits. Set it once, after construction.
+  void set_peer_death_listener(std::function<void(const std::string&)> listener);
+
+  // Called on the waiting thread each time a wait gives up spinning and starts to sleep (the slow
+  // path: the flight recorder stamps the collective then). Set it once, after construction.
+  void set_sleep_listener(void (*listener)(void*), void* context) {
+    sleep_listener_ = listener;
+    sleep_listener_context_ = context;
+  }
+
   // Throws the group's failure (abort, dead peer) if there is one.
   void check_healthy() const;
   bool healthy() const;
@@ -125,6 +136,9 @@ class GroupTransport {
   std::atomic<bool> peer_dead_{false};
   mutable std::mutex failure_mutex_;
   std::string peer_death_message_;
+  std::function<void(const std::string&)> peer_death_listener_;  // guarded by failure_mutex_
+  void (*sleep_listener_)(void*) = nullptr;
+  void* sleep_listener_context_ = nullptr;
 };
 
 template <typename Ready, typename Describe>

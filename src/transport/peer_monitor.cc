@@ -257,6 +257,21 @@ bool PeerMonitor::is_alive(pid_t pid) {
   return ready == 0;  // readable = exited
 }
 
+bool PeerMonitor::wait_for_exit(pid_t pid, std::chrono::milliseconds timeout) {
+  SHMCCL_CHECK_ARG(pid > 0, "PeerMonitor::wait_for_exit: pid must be > 0, got ", pid);
+  FileDescriptor pidfd(pidfd_open(pid));
+  if (!pidfd.valid()) return errno == ESRCH;
+  pollfd entry{pidfd.get(), POLLIN, 0};
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    const int ready = ::poll(&entry, 1, static_cast<int>(std::max<int64_t>(left.count(), 0)));
+    if (ready == -1 && errno == EINTR) continue;
+    return ready == 1;
+  }
+}
+
 void PeerMonitor::prepare_fork() noexcept {
   // Hold the state's mutex across fork(), so the child's copy of the state is consistent.
   State* s = instance().state_.load(std::memory_order_acquire);

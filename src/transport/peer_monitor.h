@@ -32,6 +32,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -63,6 +64,9 @@ class PeerMonitor {
   // True when process `pid` exists and has not exited (a zombie counts as dead). Uses a pidfd,
   // so a process of another user is reported correctly. Throws InvalidArgument for pid <= 0.
   static bool is_alive(pid_t pid);
+  // Waits up to `timeout` for process `pid` to exit; true once it has. For a process that is
+  // known to be going (its memory is gone) but whose exit is not reported yet.
+  static bool wait_for_exit(pid_t pid, std::chrono::milliseconds timeout);
 
  private:
   struct State;

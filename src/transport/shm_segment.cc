@@ -60,15 +60,23 @@ void ShmSegment::validate_name(const std::string& name) {
   SHMCCL_CHECK_ARG(name != "/." && name != "/..", "shm segment name '", name, "' is reserved");
 }
 
-ShmSegment::ShmSegment(std::string name, void* data, size_t size, UnlinkPolicy policy) noexcept
-    : name_(std::move(name)), data_(data), size_(size), policy_(policy) {}
+ShmSegment::ShmSegment(std::string name, void* data, size_t size, UnlinkPolicy policy,
+                       const struct stat& identity) noexcept
+    : name_(std::move(name)),
+      data_(data),
+      size_(size),
+      policy_(policy),
+      device_(identity.st_dev),
+      inode_(identity.st_ino) {}
 
 ShmSegment::ShmSegment(ShmSegment&& other) noexcept
     : name_(std::move(other.name_)),
       data_(std::exchange(other.data_, nullptr)),
       size_(std::exchange(other.size_, 0)),
       policy_(other.policy_),
-      unlinked_(other.unlinked_) {
+      unlinked_(other.unlinked_),
+      device_(other.device_),
+      inode_(other.inode_) {
   other.unlinked_ = true;  // the moved-from object owns nothing, not even the name
 }
 
@@ -80,6 +88,8 @@ ShmSegment& ShmSegment::operator=(ShmSegment&& other) noexcept {
     size_ = std::exchange(other.size_, 0);
     policy_ = other.policy_;
     unlinked_ = std::exchange(other.unlinked_, true);
+    device_ = other.device_;
+    inode_ = other.inode_;
   }
   return *this;
 }
@@ -134,10 +144,12 @@ ShmSegment ShmSegment::create(const std::string& name, size_t size, UnlinkPolicy
     SHMCCL_WARN(kShm, "fallocate is not supported for shm segment ", name,
                 "; a full /dev/shm will show up as SIGBUS instead of an error");
   }
+  struct stat identity {};
+  if (::fstat(fd.get(), &identity) == -1) fail("fstat", errno);
   void* data = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (data == MAP_FAILED) fail("mmap", errno);
   SHMCCL_TRACE(kShm, "created shm segment ", name, " (", size, " bytes)");
-  return ShmSegment(name, data, size, policy);
+  return ShmSegment(name, data, size, policy, identity);
 }
 
 std::optional<ShmSegment> ShmSegment::open_impl(const std::string& name, size_t expected_size,
@@ -161,7 +173,7 @@ std::optional<ShmSegment> ShmSegment::open_impl(const std::string& name, size_t 
         detail::concat("mmap of shm segment ", name, " (", expected_size, " bytes)"), errno);
   }
   SHMCCL_TRACE(kShm, "opened shm segment ", name, " (", expected_size, " bytes)");
-  return ShmSegment(name, data, expected_size, policy);
+  return ShmSegment(name, data, expected_size, policy, info);
 }
 
 ShmSegment ShmSegment::open(const std::string& name, size_t expected_size, UnlinkPolicy policy) {
@@ -194,8 +206,13 @@ bool ShmSegment::unlink_name(const std::string& name) {
 
 void ShmSegment::unlink() {
   if (unlinked_ || name_.empty()) return;
-  unlink_name(name_);
   unlinked_ = true;
+  // Only if the name still refers to this segment: after someone else removed it, the same name
+  // may already belong to a new segment (the next init of the same job), which must survive.
+  struct stat current {};
+  if (::stat(("/dev/shm" + name_).c_str(), &current) == -1) return;
+  if (current.st_dev != device_ || current.st_ino != inode_) return;
+  unlink_name(name_);
 }
 
 }  // namespace shmccl::transport

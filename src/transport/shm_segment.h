@@ -16,6 +16,8 @@
 // data in it documents its own synchronisation.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <cstddef>
 #include <optional>
 #include <string>
@@ -71,15 +73,17 @@ class ShmSegment {
   const std::string& name() const noexcept { return name_; }
   UnlinkPolicy unlink_policy() const noexcept { return policy_; }
 
-  // Removes the name now (idempotent: later calls, and a name someone else already removed, are
-  // fine). The mapping stays valid until destruction; peers that mapped the segment keep it.
+  // Removes the name now if it still names this segment (idempotent: later calls, and a name
+  // someone else already removed or reused for a new segment, are fine). The mapping stays
+  // valid until destruction; peers that mapped the segment keep it.
   void unlink();
   // Switches to UnlinkPolicy::kManual: the destructor will leave the name in place.
   void keep() noexcept { policy_ = UnlinkPolicy::kManual; }
   void set_unlink_policy(UnlinkPolicy policy) noexcept { policy_ = policy; }
 
  private:
-  ShmSegment(std::string name, void* data, size_t size, UnlinkPolicy policy) noexcept;
+  ShmSegment(std::string name, void* data, size_t size, UnlinkPolicy policy,
+             const struct stat& identity) noexcept;
   static std::optional<ShmSegment> open_impl(const std::string& name, size_t expected_size,
                                              UnlinkPolicy policy, bool missing_ok);
   void release() noexcept;
@@ -89,6 +93,8 @@ class ShmSegment {
   size_t size_ = 0;
   UnlinkPolicy policy_ = UnlinkPolicy::kManual;
   bool unlinked_ = false;
+  dev_t device_ = 0;  // identity of the segment, to unlink() its name only while it is ours
+  ino_t inode_ = 0;
 };
 
 }  // namespace shmccl::transport

@@ -1,6 +1,7 @@
 // Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
 #include "transport/shm_store.h"
 
+#include <dirent.h>
 #include <pthread.h>
 #include <sched.h>
 #include <time.h>
@@ -294,6 +295,7 @@ ShmStore::JoinResult ShmStore::join(Clock::time_point deadline) {
                 dead, "; creating a fresh one");
     header.magic.store(kStoreAbandonedMagic, std::memory_order_relaxed);  // under the lock
     ShmSegment::unlink_name(name);
+    remove_orphans();
     return JoinResult::kRetry;
   }
   for (uint32_t i = 0; i < count; ++i) {
@@ -552,6 +554,30 @@ std::vector<pid_t> ShmStore::members() {
   for (uint32_t i = 0; i < count; ++i)
     pids.push_back(read_shared(header().members[i]));
   return pids;
+}
+
+void ShmStore::remove_orphans() const {
+  // The job's other segments (control blocks) whose names only this store knew: every process
+  // that could use them has exited (a process that got a name from the store joined it first), so
+  // nobody else would remove them. The lock file stays: it belongs to the launcher's liveness
+  // check (shmrun --cleanup).
+  const std::string store_entry = segment_.name().substr(1);
+  const std::string prefix =
+      store_entry.substr(0, store_entry.size() - std::string("store").size());
+  DIR* directory = ::opendir("/dev/shm");
+  if (directory == nullptr) return;
+  std::vector<std::string> orphans;
+  while (const dirent* entry = ::readdir(directory)) {
+    const std::string file = entry->d_name;
+    if (file.compare(0, prefix.size(), prefix) != 0 || file == store_entry) continue;
+    if (file.size() >= 5 && file.compare(file.size() - 5, 5, ".lock") == 0) continue;
+    orphans.push_back(file);
+  }
+  ::closedir(directory);
+  for (const std::string& file : orphans) {
+    SHMCCL_WARN(kShm, "removing /dev/shm/", file, ", left by the job of the stale store");
+    ShmSegment::unlink_name("/" + file);
+  }
 }
 
 void ShmStore::unlink() {

@@ -14,7 +14,8 @@
 //
 // Stale stores: every process that opens the store records its pid in the segment. A store
 // whose recorded processes are all dead is the leftover of a crashed job: open_or_create() logs
-// a warning, unlinks it and creates a fresh one. Consequence: the store's data lives as long as
+// a warning, unlinks it with the namespace's other segments (control blocks whose names only it
+// knew; not the lock file) and creates a fresh one. Consequence: the store's data lives as long as
 // one of its users does (the launcher, or any rank); pids are never removed on close.
 //
 // Hostile or corrupt segments: every size, index and count read from shared memory is checked
@@ -98,6 +99,8 @@ class ShmStore final : public Store {
   // Waits for the creator to publish the store, then either records this process as a member or
   // (when every member is dead) unlinks the stale store and returns kRetry.
   JoinResult join(std::chrono::steady_clock::time_point deadline);
+  // With a stale store: removes the namespace's other segments (see shm_store.cc).
+  void remove_orphans() const;
   // Runs `attempt` under the lock until it returns true (-> true) or the deadline passes
   // (-> false), sleeping on the generation futex between tries.
   template <typename Attempt>

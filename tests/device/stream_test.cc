@@ -90,6 +90,16 @@ TEST(StreamImplTest, RunsTasksFromManyProducersInOrder) {
   }
 }
 
+TEST(StreamImplTest, QueuedTasksRunWithTheStreamsDeviceCurrent) {
+  // Allocations made by queued work (the staging buffers of an asynchronous host-tensor
+  // collective) belong on the stream's device, not on device 0 of the worker thread.
+  auto stream = std::make_shared<StreamImpl>(/*device=*/3, /*id=*/1);
+  int seen = -1;
+  stream->enqueue([&seen] { seen = current_device(); });
+  stream->synchronize();
+  EXPECT_EQ(seen, 3);
+}
+
 TEST(StreamImplTest, RunSyncOnIdleStreamRunsOnCallerThread) {
   auto stream = make_impl();
   std::thread::id ran_on;

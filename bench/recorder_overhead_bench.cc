@@ -1,0 +1,111 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// The flight recorder's cost on the smallest collectives, in one run: blocks of kBlock collectives
+// with the recorder active and suspended alternate in the same processes on the same buffers
+// (the machine's drift hits both alike); the counters are the medians per collective, the
+// slowest rank's, in microseconds, and the overhead in percent.
+//   SHMCCL_BENCH_RANKS=2 shmccl_recorder_overhead_bench
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "bench_launch.h"
+#include "collectives/group_state.h"
+
+namespace shmccl::bench {
+namespace {
+
+enum class Op { kAllGatherUneven, kReduceScatterUneven, kAllReduce };
+
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::kAllGatherUneven:
+      return "AllGatherUneven";
+    case Op::kReduceScatterUneven:
+      return "ReduceScatterUneven";
+    case Op::kAllReduce:
+      return "AllReduce";
+  }
+  return "?";
+}
+
+// Times `op` on every rank and returns the slowest rank's seconds.
+template <typename Call>
+double timed_max_over_ranks(Call&& call) {
+  barrier();
+  const auto start = std::chrono::steady_clock::now();
+  call();
+  Tensor slowest = full({1}, seconds_since(start), kFloat64);
+  all_reduce(slowest, ReduceOp::MAX);
+  return slowest.data_ptr<double>()[0];
+}
+
+void run_recorder_overhead(benchmark::State& state, Op op, int world, int rank) {
+  constexpr int kBlock = 200;
+  const int64_t count = std::max<int64_t>(8 / 4, world);
+  const auto splits = linear_splits(count, world);
+  const Device device = Device::npu(npu::current_device());
+  Tensor gather_in = ones({splits[static_cast<size_t>(rank)]}, kFloat32, device);
+  Tensor gather_out = zeros({count}, kFloat32, device);
+  Tensor full_buffer = ones({count}, kFloat32, device);
+  Tensor scatter_out = zeros({splits[static_cast<size_t>(rank)]}, kFloat32, device);
+  auto once = [&] {
+    switch (op) {
+      case Op::kAllGatherUneven:
+        all_gather_into_tensor_uneven(gather_out, gather_in, splits);
+        break;
+      case Op::kReduceScatterUneven:
+        reduce_scatter_tensor_uneven(scatter_out, full_buffer, splits);
+        break;
+      case Op::kAllReduce:
+        all_reduce(full_buffer);
+        break;
+    }
+  };
+  detail::GroupState& group = default_group()->state();
+  std::vector<double> on, off;
+  int64_t round = 0;
+  for (int i = 0; i < 20; ++i)
+    once();
+  for (auto _ : state) {
+    double both = 0;
+    // Alternate which half goes first, so that an order effect cancels out.
+    const bool first = (round++ % 2) == 0;
+    for (bool active : {first, !first}) {
+      group.set_trace_active(active);
+      const double seconds = timed_max_over_ranks([&] {
+        for (int i = 0; i < kBlock; ++i)
+          once();
+      });
+      (active ? on : off).push_back(seconds / kBlock * 1e6);
+      both += seconds;
+    }
+    state.SetIterationTime(both / (2 * kBlock));
+  }
+  group.set_trace_active(true);
+  state.counters["recorder_on_us"] = median(on);
+  state.counters["recorder_off_us"] = median(off);
+  state.counters["overhead_pct"] = (median(on) / median(off) - 1) * 100;
+  state.counters["ranks"] = world;
+}
+
+void register_all(const Options& /*options*/, int world, int rank) {
+  for (Op op : {Op::kAllGatherUneven, Op::kReduceScatterUneven, Op::kAllReduce}) {
+    const std::string name = std::string("BM_RecorderOverhead/") + op_name(op) +
+                             "/npu/ranks:" + std::to_string(world) + "/bytes:8";
+    benchmark::RegisterBenchmark(
+        name.c_str(),
+        [=](benchmark::State& state) { run_recorder_overhead(state, op, world, rank); })
+        ->Iterations(400)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
+  }
+}
+
+}  // namespace
+}  // namespace shmccl::bench
+
+int main(int argc, char** argv) {
+  return shmccl::bench::run_multiprocess_benchmarks(argc, argv, shmccl::bench::register_all);
+}

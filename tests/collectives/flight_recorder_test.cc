@@ -1,0 +1,269 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// The flight recorder: its ring keeps the last N collectives with their state; a mismatch, a
+// timeout or SIGUSR1 writes it to SHMCCL_TRACE_FILE.<rank>; SHMCCL_TRACE_BUFFER_SIZE=0 turns it
+// off; a program's own SIGUSR1 handler is left alone.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "collectives/flight_recorder.h"
+#include "collectives/trace_dumper.h"
+#include "core/config.h"
+#include "core/logging.h"
+#include "multiprocess.h"
+
+namespace shmccl {
+namespace {
+
+using collectives::TraceRecord;
+using collectives::TraceRing;
+using collectives::TraceState;
+using testing::require;
+using testing::str;
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Waits (bounded) until `path` contains `needle`; the file's text.
+std::string wait_for_text(const std::string& path, const std::string& needle) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  std::string text = read_file(path);
+  while (text.find(needle) == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    text = read_file(path);
+  }
+  return text;
+}
+
+class TraceDirectory : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    directory_ = std::filesystem::temp_directory_path() /
+                 str("flight_recorder_test_", getpid(), "_",
+                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(directory_);
+    std::filesystem::create_directories(directory_);
+    prefix_ = (directory_ / "trace").string();
+  }
+  void TearDown() override { std::filesystem::remove_all(directory_); }
+  std::string file(int rank) const { return prefix_ + "." + std::to_string(rank); }
+
+  std::filesystem::path directory_;
+  std::string prefix_;
+};
+
+// In a forked rank: the recorder's settings, before the first group exists.
+void configure(const std::string& prefix, const char* buffer_size = "2000") {
+  setenv("SHMCCL_TRACE_FILE", prefix.c_str(), 1);
+  setenv("SHMCCL_TRACE_BUFFER_SIZE", buffer_size, 1);
+  setenv("SHMCCL_DEBUG", "NONE", 1);  // keep the test's output short
+  config::reload();
+  log::reload();
+}
+
+TEST(TraceRingTest, KeepsTheLastCollectivesWithTheirStates) {
+  TraceRing ring("g", 0, 2, 4);
+  Tensor input = zeros({6}, kInt32);
+  for (uint64_t sequence = 1; sequence <= 6; ++sequence) {
+    collectives::OpPlan plan;
+    plan.kind = transport::OpKind::kAllGather;
+    plan.name = "all_gather_into_tensor_uneven";
+    plan.dtype = kInt32;
+    plan.num_splits = 2;
+    plan.splits[0] = 2;
+    plan.splits[1] = 4;
+    plan.sequence = sequence;
+    plan.borrow_input(input);
+    ring.scheduled(plan, /*async_op=*/sequence == 6);
+    if (sequence <= 4) ring.finished(sequence, /*success=*/sequence != 4, /*timed=*/true);
+  }
+  ring.started(6);
+  std::vector<TraceRecord> records = ring.snapshot();
+  std::sort(records.begin(), records.end(),
+            [](const TraceRecord& a, const TraceRecord& b) { return a.sequence < b.sequence; });
+  ASSERT_EQ(records.size(), 4u);
+  EXPECT_EQ(records[0].sequence, 3u);
+  EXPECT_EQ(records[0].state, TraceState::kCompleted);
+  EXPECT_EQ(records[1].state, TraceState::kFailed);
+  EXPECT_EQ(records[2].state, TraceState::kStarted);  // synchronous: started when scheduled
+  EXPECT_EQ(records[3].state, TraceState::kStarted);
+  EXPECT_TRUE(records[3].async_op);
+  EXPECT_NE(records[3].started_at, 0u);
+  EXPECT_EQ(records[3].finished_at, 0u);
+  EXPECT_EQ(records[3].splits, (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(records[3].input_numel, 6);
+  EXPECT_STREQ(records[3].name, "all_gather_into_tensor_uneven");
+  // A state change of a collective whose entry was reused is dropped.
+  ring.finished(2, true, true);
+  EXPECT_EQ(ring.snapshot().size(), 4u);
+}
+
+TEST(TraceRingTest, ConcurrentDumpsSeeConsistentEntries) {
+  TraceRing ring("g", 0, 1, 8);
+  Tensor input = zeros({4}, kFloat32);
+  std::atomic<bool> stop{false};
+  std::thread reader([&] {
+    while (!stop.load()) {
+      for (const TraceRecord& r : ring.snapshot()) {
+        ASSERT_EQ(r.input_numel, static_cast<int64_t>(r.sequence % 1000));
+      }
+    }
+  });
+  for (uint64_t sequence = 1; sequence <= 200000; ++sequence) {
+    Tensor sized = zeros({static_cast<int64_t>(sequence % 1000)}, kFloat32);
+    collectives::OpPlan plan;
+    plan.kind = transport::OpKind::kAllReduce;
+    plan.name = "all_reduce";
+    plan.dtype = kFloat32;
+    plan.sequence = sequence;
+    plan.borrow_input(sized);
+    ring.scheduled(plan, false);
+    ring.finished(sequence, true, true);
+  }
+  stop.store(true);
+  reader.join();
+}
+
+TEST_F(TraceDirectory, AMismatchWritesEveryRanksRecorder) {
+  const std::string job = testing::unique_job_id();
+  auto results = testing::run_ranks(
+      2,
+      [&](const testing::RankContext& ctx) {
+        configure(prefix_);
+        npu::set_device(ctx.rank);
+        ctx.init();
+        Tensor t = ones({8}, kFloat32).npu();
+        all_reduce(t);
+        Tensor other = ones({ctx.rank == 0 ? 8 : 9}, kFloat32).npu();
+        try {
+          all_reduce(other);
+        } catch (const RemoteError&) {
+        }
+        // Written before the error reached the caller.
+        const std::string text = read_file(file(ctx.rank));
+        require(text.find(str("shmccl flight recorder: rank ", ctx.rank, ", pid ", getpid())) !=
+                    std::string::npos,
+                text);
+        require(text.find("collective mismatch") != std::string::npos, text);
+        require(text.find("seq=1 op=all_reduce state=completed dtype=float32 reduce=sum in=8") !=
+                    std::string::npos,
+                text);
+        require(text.find(str("seq=2 op=all_reduce state=failed dtype=float32 reduce=sum in=",
+                              ctx.rank == 0 ? 8 : 9)) != std::string::npos,
+                text);
+      },
+      std::chrono::seconds(60), job);
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+  EXPECT_TRUE(testing::no_segments_left(job));
+}
+
+TEST_F(TraceDirectory, ATimeoutNamesTheCollectiveThatWaited) {
+  const std::string job = testing::unique_job_id();
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  auto results = testing::run_ranks(
+      2,
+      [&](const testing::RankContext& ctx) {
+        configure(prefix_);
+        npu::set_device(ctx.rank);
+        ctx.init();
+        Tensor t = ones({1000}, kFloat32).npu();
+        std::vector<int64_t> splits{400, 600};
+        Tensor output = zeros({1000}, kFloat32).npu();
+        Tensor mine = ones({splits[static_cast<size_t>(ctx.rank)]}, kFloat32).npu();
+        all_gather_into_tensor_uneven(output, mine, splits);
+        if (ctx.rank == 1) {  // never makes the second call; leaves once rank 0 gave up
+          char c;
+          [[maybe_unused]] ssize_t n = read(pipe_fds[0], &c, 1);
+          return;
+        }
+        default_group()->set_timeout(std::chrono::milliseconds(200));
+        try {
+          all_reduce(t, ReduceOp::MAX);
+        } catch (const TimeoutError&) {
+        }
+        [[maybe_unused]] ssize_t n = write(pipe_fds[1], "x", 1);
+        const std::string text = read_file(file(0));
+        require(text.find("timed out in all_reduce (sequence 2, timeout 200 ms): ranks 1 have "
+                          "not called it") != std::string::npos,
+                text);
+        require(text.find("seq=1 op=all_gather_into_tensor_uneven state=completed dtype=float32 "
+                          "in=400 out=1000 splits=[400,600] row=1") != std::string::npos,
+                text);
+        require(text.find("seq=2 op=all_reduce state=failed dtype=float32 reduce=max") !=
+                    std::string::npos,
+                text);
+      },
+      std::chrono::seconds(60), job);
+  close(pipe_fds[0]);
+  close(pipe_fds[1]);
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+  EXPECT_TRUE(testing::no_segments_left(job));
+}
+
+TEST_F(TraceDirectory, Sigusr1DumpsOnDemandIncludingAsyncWork) {
+  auto results = testing::run_ranks(2, [&](const testing::RankContext& ctx) {
+    configure(prefix_);
+    ctx.init();
+    Tensor t = ones({4}, kFloat32);
+    all_reduce(t);
+    barrier();
+    all_reduce(t, ReduceOp::SUM, nullptr, /*async_op=*/true)->wait();
+    require(collectives::TraceDumper::signal_handler_installed(), "handler installed");
+    raise(SIGUSR1);
+    const std::string text = wait_for_text(file(ctx.rank), "seq=3");
+    require(text.find(": SIGUSR1; 3 collectives") != std::string::npos, text);
+    require(text.find("seq=2 op=barrier state=completed") != std::string::npos, text);
+    require(text.find("seq=3 op=all_reduce state=completed async") != std::string::npos, text);
+    require(text.find(" start=+") != std::string::npos, text);
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+}
+
+std::atomic<int> g_user_signals{0};
+
+TEST_F(TraceDirectory, AProgramsOwnSigusr1HandlerIsKept) {
+  auto results = testing::run_ranks(1, [&](const testing::RankContext& ctx) {
+    configure(prefix_);
+    signal(SIGUSR1, [](int) { g_user_signals.fetch_add(1); });
+    ctx.init();
+    Tensor t = ones({4}, kFloat32);
+    all_reduce(t);
+    require(!collectives::TraceDumper::signal_handler_installed(), "shmccl took SIGUSR1");
+    raise(SIGUSR1);
+    require(g_user_signals.load() == 1, "the program's handler did not run");
+    require(!std::filesystem::exists(file(0)), "dumped on a program's signal");
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+}
+
+TEST_F(TraceDirectory, ABufferSizeOfZeroTurnsTheRecorderOff) {
+  auto results = testing::run_ranks(2, [&](const testing::RankContext& ctx) {
+    configure(prefix_, "0");
+    npu::set_device(ctx.rank);
+    ctx.init();
+    Tensor other = ones({ctx.rank == 0 ? 8 : 9}, kFloat32);
+    try {
+      all_reduce(other);
+    } catch (const RemoteError&) {
+    }
+    require(!std::filesystem::exists(file(ctx.rank)), "a disabled recorder wrote a file");
+    require(!collectives::TraceDumper::signal_handler_installed(), "handler installed");
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+}
+
+}  // namespace
+}  // namespace shmccl
