@@ -177,8 +177,9 @@ void run_recorder_overhead(benchmark::State& state, Op op, int world, int rank) 
 
 void register_all(int world, int rank) {
   for (Op op : {Op::kAllGatherUneven, Op::kReduceScatterUneven, Op::kAllReduce}) {
+    // Not "/npu/" nor "<op>/<variant>/ranks:": run_comparison.sh and compare.py skip it.
     const std::string name = std::string("BM_RecorderOverhead/") + op_name(op) +
-                             "/npu/ranks:" + std::to_string(world) + "/bytes:8";
+                             ":npu:8B/ranks:" + std::to_string(world);
     benchmark::RegisterBenchmark(
         name.c_str(),
         [=](benchmark::State& state) { run_recorder_overhead(state, op, world, rank); })
