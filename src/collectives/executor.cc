@@ -271,7 +271,11 @@ void run_pool(detail::GroupState& state, ExecContext& context, const Algorithm& 
     // Release: the chunk's writes happen-before any rank that sees the count reach `end`.
     if (header.done.fetch_add(1, std::memory_order_seq_cst) + 1 == end) transport.notify();
     claimed = header.claim.load(std::memory_order_relaxed);
-    if (!transport.healthy()) transport.check_healthy();
+    // A peer may finish the collective and exit between our last chunk and this check: only a
+    // collective with work outstanding fails (the final wait below sees a finished one as done).
+    if (!transport.healthy() && header.done.load(std::memory_order_acquire) < end) {
+      transport.check_healthy();
+    }
   }
   if (!ran_one) fault::point(fault::Point::kMidCopy, global_rank(state), sequence);
   transport.slot(context.rank).pool_finished.store(sequence, std::memory_order_relaxed);
