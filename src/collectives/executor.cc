@@ -360,6 +360,9 @@ bool run(detail::GroupState& state, const OpPlan& plan) {
   // Release (seq_cst for notify's Dekker pairing): descriptor, payload and fingerprint
   // happen-before any peer that sees this arrival.
   arrival.sequence.store(sequence, std::memory_order_seq_cst);
+  // A synchronous call is recorded now, while the arrival travels to the peers: the rank would
+  // only wait here, so the record costs the caller nothing in the common case.
+  if (!plan.async_op && state.trace() != nullptr) state.trace()->scheduled(plan, false);
   fault::point(fault::Point::kAfterArrival, me, sequence);
   auto everyone_arrived = [&] {
     for (int r = 0; r < size; ++r) {
@@ -416,7 +419,10 @@ void execute(detail::GroupState& state, const OpPlan& plan) {
   state.set_executing(plan.sequence);
   if (trace != nullptr && plan.async_op) trace->started(plan.sequence);
   auto record_failure = [&] {
-    if (trace != nullptr) trace->finished(plan.sequence, false, true);
+    if (trace == nullptr) return;
+    // A synchronous call that failed before it arrived has no record yet.
+    if (!plan.async_op && !trace->has(plan.sequence)) trace->scheduled(plan, false);
+    trace->finished(plan.sequence, false, true);
   };
   try {
     state.check_not_failed();

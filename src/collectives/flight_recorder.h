@@ -137,6 +137,15 @@ class TraceRing {
     store(e.output_numel, plan.output().defined() ? plan.output().numel() : int64_t{0});
     store(e.scheduled_at, now);
     std::atomic_ref<uint64_t>(e.sequence).store(plan.sequence, std::memory_order_release);
+    // The next collective's entry is the next line of the ring (128 KiB at the default size, more
+    // than L1): fetch it for writing now, so that its stores do not wait for the line then.
+    __builtin_prefetch(&entry(plan.sequence + 1), 1, 3);
+  }
+
+  // Whether collective `sequence` has its record (it may have been scheduled()).
+  bool has(uint64_t sequence) const noexcept {
+    return std::atomic_ref<uint64_t>(entry(sequence).sequence).load(std::memory_order_relaxed) ==
+           sequence;
   }
 
   // A small synchronous collective reads the clock only every kSampleEvery-th time: a clock read

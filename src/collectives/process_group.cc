@@ -93,7 +93,9 @@ std::shared_ptr<Work> submit(detail::GroupState& state, OpPlan& plan, bool async
     if (output.defined()) output.storage()->bump_version();
   plan.async_op = async_op;
   // An asynchronous call is recorded now; a synchronous one when it has arrived (executor.cc).
-  if (collectives::TraceRing* trace = state.trace()) trace->scheduled(plan, async_op);
+  if (async_op) {
+    if (collectives::TraceRing* trace = state.trace()) trace->scheduled(plan, true);
+  }
   SHMCCL_TRACE(kColl, plan.name, " sequence ", plan.sequence, " on ", state.comm_name());
   const int device = ordering_device(plan);
   if (!async_op) {
