@@ -321,11 +321,79 @@ std::string describe(const OpDescriptor& descriptor) {
 
 namespace {
 
+// Whose arrivals a rank needs before it can finish an inline collective: everyone's, the root's
+// only (a broadcast's receivers), or nobody's (a broadcast's root, a reduce-scatter rank that
+// receives no rows). The data of an inline collective lives in the control block, so a rank that
+// needs nobody's data may return as soon as it has arrived, as an MPI rank returns from an eager
+// send: when ranks outnumber cores it does not wait for a scheduling round of its peers.
+enum class Needs { kEveryone, kRoot, kNobody };
+
+Needs inline_needs(const OpPlan& plan, int rank) {
+  switch (plan.kind) {
+    case OpKind::kBroadcast:
+      return rank == plan.root ? Needs::kNobody : Needs::kRoot;
+    case OpKind::kReduceScatter:
+      return plan.splits[static_cast<size_t>(rank)] * plan.row_elements == 0 ? Needs::kNobody
+                                                                             : Needs::kEveryone;
+    default:
+      return Needs::kEveryone;
+  }
+}
+
+RemoteError mismatch(const char* call, int rank, const OpDescriptor& mine, int peer,
+                     const OpDescriptor& theirs) {
+  return RemoteError(detail::concat("collective mismatch in ", call, ": rank ", rank, " called ",
+                                    describe(mine), " but rank ", peer, " called ",
+                                    describe(theirs)));
+}
+
+// Before collective `plan` writes its half of this rank's slot: when the previous collective
+// finished early (without every arrival), wait for those arrivals (the peers may still read the
+// half about to be overwritten until they arrive there), then check the fingerprints the early
+// finish could not see, so that a mismatch is reported on this rank too, one call late.
+void settle_early_finish(detail::GroupState& state, const OpPlan& plan) {
+  const uint64_t early = state.early_finished();
+  state.set_early_finished(0);
+  transport::GroupTransport& transport = state.transport();
+  const int size = transport.size();
+  transport.wait_until(
+      [&] {
+        for (int r = 0; r < size; ++r) {
+          if (transport::arrived_sequence(transport.slot(r)) < early) return false;
+        }
+        return true;
+      },
+      state.timeout(),
+      [&] {
+        return detail::concat("before ", plan.name, " (sequence ", plan.sequence, ", timeout ",
+                              state.timeout().count(), " ms): ranks ",
+                              transport::late_ranks(transport, early),
+                              " have not called collective ", early);
+      });
+  // Collective `early` is still in its half of every slot: no rank writes that half again before
+  // this rank arrives at the next collective.
+  if (plan.sequence != early + 1) return;
+  const int parity = static_cast<int>(early & 1);
+  const transport::RankSlot& mine = transport.slot(transport.rank());
+  for (int r = 0; r < size; ++r) {
+    const transport::RankSlot& slot = transport.slot(r);
+    if (slot.arrivals[parity].fingerprint != mine.arrivals[parity].fingerprint) [[unlikely]] {
+      throw mismatch("the previous collective", transport.rank(), mine.descriptors[parity], r,
+                     slot.descriptors[parity]);
+    }
+  }
+}
+
 // The collective itself (execute() adds tracing and failure handling around it). True when it
 // ran the work pool (false: the data travelled inline).
 bool run(detail::GroupState& state, const OpPlan& plan) {
   transport::GroupTransport& transport = state.transport();
-  transport.check_healthy();
+  // A dead peer fails the waits below, not this check: the collective may still complete when
+  // every rank it needs has arrived (a peer may finish early and exit, see Needs).
+  if (transport.header().abort_flag.load(std::memory_order_acquire) != 0) [[unlikely]]
+    transport.check_healthy();
+  if (state.early_finished() != 0) [[unlikely]]
+    settle_early_finish(state, plan);
   const int rank = transport.rank();
   const int size = transport.size();
   const int me = global_rank(state);
@@ -341,6 +409,7 @@ bool run(detail::GroupState& state, const OpPlan& plan) {
   // Tiny payloads ride in the arrival line itself: one cache-line transfer per peer.
   const bool in_arrival_line = payload_bytes <= transport::kArrivalPayloadBytes;
   descriptor.inline_payload = inline_payload ? (in_arrival_line ? 2 : 1) : 0;
+  const Needs needs = inline_payload ? inline_needs(plan, rank) : Needs::kEveryone;
 
   std::optional<PoolBuffers> pool;
   if (inline_payload) {
@@ -364,40 +433,55 @@ bool run(detail::GroupState& state, const OpPlan& plan) {
   // only wait here, so the record costs the caller nothing in the common case.
   if (!plan.async_op && state.trace() != nullptr) state.trace()->scheduled(plan, false);
   fault::point(fault::Point::kAfterArrival, me, sequence);
+  auto arrived = [&](int r) {
+    return transport.slot(r).arrivals[parity].sequence.load(std::memory_order_seq_cst) == sequence;
+  };
   auto everyone_arrived = [&] {
     for (int r = 0; r < size; ++r) {
-      if (transport.slot(r).arrivals[parity].sequence.load(std::memory_order_seq_cst) != sequence) {
-        return false;
-      }
+      if (!arrived(r)) return false;
     }
     return true;
   };
-  // Sleepers wait for everyone, so only the arrival that completes the set needs to wake them
-  // (no thundering herd when ranks outnumber cores). Two last arrivals racing: each store is
-  // seq_cst and precedes its check, so at least one of them sees the other and wakes.
-  if (everyone_arrived()) transport.notify();
+  // Most sleepers wait for everyone, so only the arrival that completes the set needs to wake
+  // them (no thundering herd when ranks outnumber cores); a broadcast's receivers wait for the
+  // root alone, so the root wakes them too. Two last arrivals racing: each store is seq_cst and
+  // precedes its check, so at least one of them sees the other and wakes.
+  if ((plan.kind == OpKind::kBroadcast && rank == plan.root) || everyone_arrived()) {
+    transport.notify();
+  }
 
   const auto timeout = state.timeout();
-  transport.wait_until(everyone_arrived, timeout, [&] {
-    return detail::concat("in ", plan.name, " (sequence ", sequence, ", timeout ",
-                          state.timeout().count(), " ms): ranks ",
-                          transport::late_ranks(transport, sequence), " have not called it");
-  });
+  if (needs == Needs::kEveryone) {
+    transport.wait_until(everyone_arrived, timeout, [&] {
+      return detail::concat("in ", plan.name, " (sequence ", sequence, ", timeout ",
+                            state.timeout().count(), " ms): ranks ",
+                            transport::late_ranks(transport, sequence), " have not called it");
+    });
+  } else if (needs == Needs::kRoot) {
+    transport.wait_until([&] { return arrived(plan.root); }, timeout,
+                         [&] {
+                           return detail::concat(
+                               "in ", plan.name, " (sequence ", sequence, ", timeout ",
+                               state.timeout().count(), " ms): ranks ", plan.root,
+                               " have not called it (its source, the rank it waits for)");
+                         });
+  }
 
   ExecContext context(transport, plan, rank, size, chunk_bytes());
   static const uint64_t streaming_bytes = config::get_bytes("SHMCCL_STREAMING_BYTES");
   context.streaming = !inline_payload && output_bytes(plan, size) >= streaming_bytes;
   for (int r = 0; r < size; ++r) {
     const transport::RankSlot& slot = transport.slot(r);
+    // An early finish checks the ranks that are there; the next collective checks the rest.
+    if (needs != Needs::kEveryone && !arrived(r)) continue;
     if (slot.arrivals[parity].fingerprint != arrival.fingerprint) [[unlikely]] {
-      throw RemoteError(detail::concat("collective mismatch in ", plan.name, ": rank ", rank,
-                                       " called ", describe(descriptor), " but rank ", r,
-                                       " called ", describe(slot.descriptors[parity])));
+      throw mismatch(plan.name, rank, descriptor, r, slot.descriptors[parity]);
     }
     context.descriptors[r] = &slot.descriptors[parity];
     context.payloads[r] =
         in_arrival_line ? slot.arrivals[parity].payload : slot.inline_data[parity];
   }
+  if (needs != Needs::kEveryone) state.set_early_finished(sequence);
   fault::point(fault::Point::kBeforeCopy, me, sequence);
   if (inline_payload) {
     algorithm.finish_inline(context);

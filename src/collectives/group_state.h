@@ -70,6 +70,11 @@ class GroupState {
   // The collective this group is executing (set by the executor; read by the sleep listener on
   // the same thread).
   void set_executing(uint64_t sequence) { executing_sequence_ = sequence; }
+  // The last collective this rank finished without waiting for every peer's arrival (0: none
+  // since the last one it did wait for): the next collective first waits for those arrivals and
+  // checks their fingerprints (executor.cc). Used by the executing thread only.
+  uint64_t early_finished() const { return early_finished_; }
+  void set_early_finished(uint64_t sequence) { early_finished_ = sequence; }
 
  private:
   std::unique_ptr<transport::GroupTransport> transport_;
@@ -87,6 +92,7 @@ class GroupState {
   std::shared_ptr<collectives::TraceRing> trace_;
   collectives::TraceRing* active_trace_ = nullptr;  // trace_, or nullptr while suspended
   uint64_t executing_sequence_ = 0;
+  uint64_t early_finished_ = 0;
 };
 
 }  // namespace shmccl::detail

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "multiprocess.h"
+#include "transport/peer_monitor.h"
 
 namespace shmccl {
 namespace {
@@ -159,6 +160,91 @@ TEST(CollectiveErrorsTest, DifferentSplitSizesAreAMismatchNamingBoth) {
     throw testing::RequirementFailed("no mismatch error");
   });
   EXPECT_TRUE(testing::all_ranks_succeeded(results));
+}
+
+// Rank 0 receives no rows of this reduce-scatter, so it finishes as soon as it has arrived and
+// may not see the last rank's different reduce op: the ranks that wait see the mismatch at the
+// call, rank 0 at the call (when the last rank was there first) or at its next one.
+TEST(CollectiveErrorsTest, AMismatchReachesARankThatFinishedEarlyAtItsNextCall) {
+  for (int world : {3, 4}) {
+    const std::string job = testing::unique_job_id();
+    // Rank 0 stays until the others have seen the mismatch: if it exited first, they could see
+    // its exit before the last rank's arrival (a failure too, but not the one tested here).
+    int done_pipe[2];
+    ASSERT_EQ(pipe(done_pipe), 0);
+    auto results = testing::run_ranks(
+        world,
+        [&](const testing::RankContext& ctx) {
+          npu::set_device(ctx.rank % 8);
+          ctx.init();
+          std::vector<int64_t> splits(static_cast<size_t>(ctx.world), 2);
+          splits[0] = 0;
+          const int64_t rows = 2 * (ctx.world - 1);
+          Tensor input = ones({rows}, kFloat32).npu();
+          Tensor output = zeros({splits[static_cast<size_t>(ctx.rank)]}, kFloat32).npu();
+          const ReduceOp op = ctx.rank == ctx.world - 1 ? ReduceOp::MAX : ReduceOp::SUM;
+          if (ctx.rank != 0) {
+            require_error([&] { reduce_scatter_tensor_uneven(output, input, splits, op); },
+                          "collective mismatch");
+            const char byte = 1;
+            require(write(done_pipe[1], &byte, 1) == 1, "pipe write");
+            return;
+          }
+          bool reported = false;
+          try {
+            reduce_scatter_tensor_uneven(output, input, splits, op);
+          } catch (const Error& error) {
+            require(std::string(error.what()).find("op=max") != std::string::npos, error.what());
+            reported = true;
+          }
+          if (!reported) {
+            require_error([&] { barrier(); }, "collective mismatch in the previous collective");
+          }
+          for (int r = 1; r < ctx.world; ++r) {
+            char byte = 0;
+            require(read(done_pipe[0], &byte, 1) == 1, "pipe read");
+          }
+        },
+        std::chrono::seconds(60), job);
+    close(done_pipe[0]);
+    close(done_pipe[1]);
+    EXPECT_TRUE(testing::all_ranks_succeeded(results)) << world << " ranks";
+    EXPECT_TRUE(testing::no_segments_left(job));
+  }
+}
+
+// A broadcast's root needs nobody's data, so it may finish, destroy the group and exit before
+// the receivers even call the broadcast; the data is in the control block, and they get it.
+TEST(CollectiveErrorsTest, ReceiversCompleteABroadcastWhoseRootAlreadyExited) {
+  for (int world : {2, 3, 8}) {
+    int pid_pipe[2];
+    ASSERT_EQ(pipe(pid_pipe), 0);
+    auto results = testing::run_ranks(world, [&](const testing::RankContext& ctx) {
+      npu::set_device(ctx.rank % 8);
+      ctx.init();
+      Tensor tensor = full({3}, ctx.rank == 0 ? 7 : 0, kInt32).npu();
+      if (ctx.rank == 0) {
+        broadcast(tensor, 0);
+        destroy_process_group();
+        const pid_t me = getpid();
+        for (int r = 1; r < ctx.world; ++r)
+          require(write(pid_pipe[1], &me, sizeof(me)) == sizeof(me), "pipe write");
+        return;
+      }
+      pid_t root = 0;
+      require(read(pid_pipe[0], &root, sizeof(root)) == sizeof(root), "pipe read");
+      require(transport::PeerMonitor::wait_for_exit(root, std::chrono::seconds(20)),
+              "the root did not exit");
+      broadcast(tensor, 0);
+      require(tensor.cpu().to_vector<int32_t>() == std::vector<int32_t>{7, 7, 7},
+              "wrong broadcast result");
+      // The next collective needs the root, which is gone.
+      require_error([&] { barrier(); }, "rank 0");
+    });
+    close(pid_pipe[0]);
+    close(pid_pipe[1]);
+    EXPECT_TRUE(testing::all_ranks_succeeded(results)) << world << " ranks";
+  }
 }
 
 TEST(CollectiveErrorsTest, DeadPeerFailsSurvivorsWithinASecond) {
