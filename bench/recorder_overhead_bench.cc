@@ -1,9 +1,14 @@
 // Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
 //
-// The flight recorder's cost on the smallest collectives, in one run: blocks of kBlock collectives
-// with the recorder active and suspended alternate in the same processes on the same buffers
-// (the machine's drift hits both alike); the counters are the medians per collective, the
+// The cost of the always-on diagnostics on the smallest collectives, in one run: blocks of kBlock
+// collectives with a diagnostic active and suspended alternate in the same processes on the same
+// buffers (the machine's drift hits both alike); the counters are the medians per collective, the
 // slowest rank's, in microseconds, and the overhead in percent.
+//   BM_RecorderOverhead: the flight recorder (the mismatch check on in both halves);
+//   BM_MismatchCheckOverhead: the mismatch check's descriptor and fingerprint (recorder off in
+//     both halves; suspended, every rank sends the same fingerprint);
+//   BM_DiagnosticsOverhead: both together against neither;
+//   BM_NoOverhead: an A/A run (both halves the same), the method's own noise.
 //   SHMCCL_BENCH_RANKS=2 shmccl_recorder_overhead_bench
 #include <algorithm>
 #include <chrono>
@@ -17,6 +22,43 @@ namespace shmccl::bench {
 namespace {
 
 enum class Op { kAllGatherUneven, kReduceScatterUneven, kAllReduce };
+enum class Toggle { kRecorder, kMismatchCheck, kBoth, kNothing };
+
+const char* toggle_name(Toggle toggle) {
+  switch (toggle) {
+    case Toggle::kRecorder:
+      return "RecorderOverhead";
+    case Toggle::kMismatchCheck:
+      return "MismatchCheckOverhead";
+    case Toggle::kBoth:
+      return "DiagnosticsOverhead";
+    case Toggle::kNothing:
+      return "NoOverhead";
+  }
+  return "?";
+}
+
+// Sets the diagnostics for the active or the suspended half of a block pair.
+void set_active(detail::GroupState& group, Toggle toggle, bool active) {
+  switch (toggle) {
+    case Toggle::kRecorder:
+      group.set_trace_active(active);
+      group.set_mismatch_check_active(true);
+      break;
+    case Toggle::kMismatchCheck:
+      group.set_trace_active(false);
+      group.set_mismatch_check_active(active);
+      break;
+    case Toggle::kBoth:
+      group.set_trace_active(active);
+      group.set_mismatch_check_active(active);
+      break;
+    case Toggle::kNothing:
+      group.set_trace_active(true);
+      group.set_mismatch_check_active(true);
+      break;
+  }
+}
 
 const char* op_name(Op op) {
   switch (op) {
@@ -41,7 +83,7 @@ double timed_max_over_ranks(Call&& call) {
   return slowest.data_ptr<double>()[0];
 }
 
-void run_recorder_overhead(benchmark::State& state, Op op, int world, int rank) {
+void run_overhead(benchmark::State& state, Toggle toggle, Op op, int world, int rank) {
   constexpr int kBlock = 200;
   const int64_t count = std::max<int64_t>(8 / 4, world);
   const auto splits = linear_splits(count, world);
@@ -73,7 +115,7 @@ void run_recorder_overhead(benchmark::State& state, Op op, int world, int rank) 
     // Alternate which half goes first, so that an order effect cancels out.
     const bool first = (round++ % 2) == 0;
     for (bool active : {first, !first}) {
-      group.set_trace_active(active);
+      set_active(group, toggle, active);
       const double seconds = timed_max_over_ranks([&] {
         for (int i = 0; i < kBlock; ++i)
           once();
@@ -83,23 +125,26 @@ void run_recorder_overhead(benchmark::State& state, Op op, int world, int rank) 
     }
     state.SetIterationTime(both / (2 * kBlock));
   }
-  group.set_trace_active(true);
-  state.counters["recorder_on_us"] = median(on);
-  state.counters["recorder_off_us"] = median(off);
+  set_active(group, Toggle::kNothing, true);
+  state.counters["on_us"] = median(on);
+  state.counters["off_us"] = median(off);
   state.counters["overhead_pct"] = (median(on) / median(off) - 1) * 100;
   state.counters["ranks"] = world;
 }
 
 void register_all(const Options& /*options*/, int world, int rank) {
-  for (Op op : {Op::kAllGatherUneven, Op::kReduceScatterUneven, Op::kAllReduce}) {
-    const std::string name = std::string("BM_RecorderOverhead/") + op_name(op) +
-                             "/npu/ranks:" + std::to_string(world) + "/bytes:8";
-    benchmark::RegisterBenchmark(
-        name.c_str(),
-        [=](benchmark::State& state) { run_recorder_overhead(state, op, world, rank); })
-        ->Iterations(400)
-        ->UseManualTime()
-        ->Unit(benchmark::kMicrosecond);
+  for (Toggle toggle :
+       {Toggle::kRecorder, Toggle::kMismatchCheck, Toggle::kBoth, Toggle::kNothing}) {
+    for (Op op : {Op::kAllGatherUneven, Op::kReduceScatterUneven, Op::kAllReduce}) {
+      const std::string name = std::string("BM_") + toggle_name(toggle) + "/" + op_name(op) +
+                               "/npu/ranks:" + std::to_string(world) + "/bytes:8";
+      benchmark::RegisterBenchmark(
+          name.c_str(),
+          [=](benchmark::State& state) { run_overhead(state, toggle, op, world, rank); })
+          ->Iterations(400)
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
   }
 }
 

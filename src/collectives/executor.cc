@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "collectives/algorithms.h"
+#include "collectives/call_cache.h"
 #include "collectives/fault_injection.h"
 #include "collectives/flight_recorder.h"
 #include "core/check.h"
@@ -141,33 +142,6 @@ void fill_descriptor(const OpPlan& plan, OpDescriptor& descriptor) {
 
 bool reduces(OpKind kind) {
   return kind == OpKind::kReduceScatter || kind == OpKind::kAllReduce;
-}
-
-// A hash of the fields two ranks must agree on (per-rank sizes, like an all-gather's input, are
-// checked against the common split locally). Equal calls have equal fingerprints; different
-// calls collide with probability 2^-64.
-uint64_t fingerprint(const OpDescriptor& d) {
-  uint64_t hash = 0xcbf29ce484222325ull;
-  auto mix = [&hash](uint64_t value) {
-    hash ^= value;
-    hash *= 0x100000001b3ull;
-    hash ^= hash >> 29;
-  };
-  mix(d.sequence);
-  mix(static_cast<uint64_t>(d.kind) | (static_cast<uint64_t>(d.dtype) << 8) |
-      (static_cast<uint64_t>(d.inline_payload) << 16));
-  mix(static_cast<uint64_t>(d.row_elements));
-  mix(static_cast<uint64_t>(d.num_splits));
-  if (reduces(d.kind)) mix(d.reduce_op);
-  if (d.kind == OpKind::kBroadcast) mix(static_cast<uint64_t>(d.root));
-  if (d.kind == OpKind::kAllReduce || d.kind == OpKind::kBroadcast ||
-      d.kind == OpKind::kReduceScatter) {
-    mix(static_cast<uint64_t>(d.input_numel));
-  }
-  if (d.kind == OpKind::kAllGather) mix(static_cast<uint64_t>(d.output_numel));
-  for (int r = 0; r < d.num_splits; ++r)
-    mix(static_cast<uint64_t>(d.splits[r]));
-  return hash;
 }
 
 // Bytes the collective writes on all ranks together.
@@ -403,12 +377,30 @@ bool run(detail::GroupState& state, const OpPlan& plan) {
   transport::RankSlot& mine = transport.slot(rank);
   OpDescriptor& descriptor = mine.descriptors[parity];
   transport::ArrivalLine& arrival = mine.arrivals[parity];
-  fill_descriptor(plan, descriptor);
   const uint64_t payload_bytes = algorithm.inline_bytes(plan, size);
   const bool inline_payload = payload_bytes <= inline_limit();
   // Tiny payloads ride in the arrival line itself: one cache-line transfer per peer.
   const bool in_arrival_line = payload_bytes <= transport::kArrivalPayloadBytes;
-  descriptor.inline_payload = inline_payload ? (in_arrival_line ? 2 : 1) : 0;
+  const uint8_t inline_flag = inline_payload ? (in_arrival_line ? 2 : 1) : 0;
+  // The call's fingerprint and descriptor: a call that repeats the last one (a training loop)
+  // reuses its hash, and its full descriptor when this half of the slot already holds it.
+  collectives::CallCache& calls = state.calls();
+  TraceRing* trace = plan.async_op ? nullptr : state.trace();
+  uint64_t fingerprint = sequence;
+  if (state.mismatch_check_active() || trace != nullptr) calls.remember(plan, inline_flag);
+  if (state.mismatch_check_active()) [[likely]] {
+    fingerprint += calls.hash();
+    if (calls.descriptor_call(parity) != calls.id()) {
+      fill_descriptor(plan, descriptor);
+      descriptor.inline_payload = inline_flag;
+      calls.set_descriptor_call(parity, calls.id());
+    } else {
+      descriptor.sequence = sequence;
+    }
+  } else {
+    descriptor.sequence = sequence;
+    calls.set_descriptor_call(parity, 0);
+  }
   const Needs needs = inline_payload ? inline_needs(plan, rank) : Needs::kEveryone;
 
   std::optional<PoolBuffers> pool;
@@ -424,14 +416,20 @@ bool run(detail::GroupState& state, const OpPlan& plan) {
       descriptor.outputs[j] = buffer_ref(buffers.outputs[j]);
     }
   }
-  arrival.fingerprint = fingerprint(descriptor);
+  arrival.fingerprint = fingerprint;
   fault::point(fault::Point::kBeforeArrival, me, sequence, plan.kind == OpKind::kBarrier);
   // Release (seq_cst for notify's Dekker pairing): descriptor, payload and fingerprint
   // happen-before any peer that sees this arrival.
   arrival.sequence.store(sequence, std::memory_order_seq_cst);
-  // A synchronous call is recorded now, while the arrival travels to the peers: the rank would
-  // only wait here, so the record costs the caller nothing in the common case.
-  if (!plan.async_op && state.trace() != nullptr) state.trace()->scheduled(plan, false);
+  // A synchronous call is recorded now, while the arrival travels to the peers. A small one that
+  // repeats the last call only extends that record's run (one store).
+  if (trace != nullptr) {
+    if (inline_payload) {
+      trace->scheduled_inline(plan, calls.id());
+    } else {
+      trace->scheduled(plan, false);
+    }
+  }
   fault::point(fault::Point::kAfterArrival, me, sequence);
   auto arrived = [&](int r) {
     return transport.slot(r).arrivals[parity].sequence.load(std::memory_order_seq_cst) == sequence;

@@ -221,7 +221,7 @@ TraceRing::TraceRing(std::string group, int rank, int size, uint32_t capacity)
   SHMCCL_CHECK(capacity_ > 0 && (capacity_ & (capacity_ - 1)) == 0,
                "a trace ring's capacity must be a power of two, not ", capacity_);
   // Anonymous memory is zero pages until written: a large buffer costs only what is used.
-  const size_t bytes = (sizeof(TraceEntry) + 2 * sizeof(TraceSplits)) * capacity_;
+  const size_t bytes = ring_bytes(capacity_);
   void* memory = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (memory == MAP_FAILED) {
     detail::throw_system_error(
@@ -229,10 +229,69 @@ TraceRing::TraceRing(std::string group, int rank, int size, uint32_t capacity)
   }
   entries_ = static_cast<TraceEntry*>(memory);
   splits_ = reinterpret_cast<TraceSplits*>(entries_ + capacity_);
+  runs_ = reinterpret_cast<TraceRun*>(splits_ + 2 * size_t{capacity_});
 }
 
 TraceRing::~TraceRing() {
-  ::munmap(entries_, (sizeof(TraceEntry) + 2 * sizeof(TraceSplits)) * capacity_);
+  ::munmap(entries_, ring_bytes(capacity_));
+}
+
+void TraceRing::start_run(uint64_t head, uint64_t call_id) noexcept {
+  run_head_.store(0, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);  // a dump sees the 0 before the new last
+  run_last_.store(head, std::memory_order_relaxed);
+  run_sampled_.store(0, std::memory_order_relaxed);
+  run_call_.store(call_id, std::memory_order_relaxed);
+  run_head_.store(head, std::memory_order_release);
+}
+
+void TraceRing::sample_run(uint64_t sequence) noexcept {
+  run_sampled_.store(0, std::memory_order_relaxed);
+  run_sampled_at_.store(trace_clock::coarse(), std::memory_order_relaxed);
+  run_sampled_.store(sequence, std::memory_order_release);
+}
+
+void TraceRing::end_run(uint64_t next_sequence) noexcept {
+  const uint64_t head = run_head_.load(std::memory_order_relaxed);
+  run_call_.store(0, std::memory_order_relaxed);
+  if (head == 0) return;
+  // A collective counted into the run that now gets an entry of its own (it failed) ends it.
+  const uint64_t last = std::min(run_last_.load(std::memory_order_relaxed), next_sequence - 1);
+  if (last > head) {
+    TraceRun& run = run_record(head);
+    const uint64_t sampled = run_sampled_.load(std::memory_order_relaxed);
+    store(run.head, uint64_t{0});
+    std::atomic_thread_fence(std::memory_order_release);
+    store(run.last, last);
+    store(run.sampled, sampled > head && sampled <= last ? sampled : uint64_t{0});
+    store(run.sampled_at, run_sampled_at_.load(std::memory_order_relaxed));
+    std::atomic_ref<uint64_t>(run.head).store(head, std::memory_order_release);
+  }
+  run_head_.store(0, std::memory_order_release);
+}
+
+void TraceRing::split_run(uint64_t sequence) noexcept {
+  const uint64_t head = run_head_.load(std::memory_order_relaxed);
+  const uint64_t call_id = run_call_.load(std::memory_order_relaxed);
+  end_run(sequence);
+  const TraceEntry& from = entry(head);
+  if (load(from.sequence) != head) return;  // the run's first entry was reused: nothing to copy
+  TraceEntry& to = entry(sequence);
+  // The split sizes stay where the run's first collective found them, further back now.
+  uint64_t packed = load(from.packed);
+  const uint64_t splits_delta = (packed >> 48) + (sequence - head);
+  packed &= ~(uint64_t{0xffff} << 48 | uint64_t{7} << kStateShift | kStartedValid | kFinishedValid);
+  packed |= static_cast<uint64_t>(TraceState::kStarted) << kStateShift;
+  packed |= std::min<uint64_t>(splits_delta, 0xffff) << 48;
+  store(to.sequence, uint64_t{0});
+  std::atomic_thread_fence(std::memory_order_release);
+  store(to.name, load(from.name));
+  store(to.packed, packed);
+  store(to.input_numel, load(from.input_numel));
+  store(to.output_numel, load(from.output_numel));
+  store(to.scheduled_at, uint64_t{0});
+  std::atomic_ref<uint64_t>(to.sequence).store(sequence, std::memory_order_release);
+  start_run(sequence, call_id);
 }
 
 std::vector<TraceRecord> TraceRing::snapshot() const {
@@ -291,7 +350,56 @@ std::vector<TraceRecord> TraceRing::snapshot() const {
       r.state = TraceState::kCompleted;
     records.push_back(std::move(r));
   }
+  expand_runs(records, completed);
   return records;
+}
+
+void TraceRing::expand_runs(std::vector<TraceRecord>& records, uint64_t completed) const {
+  // The open run, read as start_run() writes it: the same head before and after.
+  const uint64_t open_head = run_head_.load(std::memory_order_acquire);
+  const uint64_t open_last = run_last_.load(std::memory_order_acquire);
+  const uint64_t open_sampled = run_sampled_.load(std::memory_order_acquire);
+  const uint64_t open_sampled_at = run_sampled_at_.load(std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  const bool open_valid = open_head != 0 && run_head_.load(std::memory_order_relaxed) == open_head;
+  std::vector<uint64_t> explicit_sequences;
+  for (const TraceRecord& r : records)
+    explicit_sequences.push_back(r.sequence);
+  std::sort(explicit_sequences.begin(), explicit_sequences.end());
+  const size_t heads = records.size();
+  for (size_t i = 0; i < heads; ++i) {
+    const uint64_t head = records[i].sequence;
+    uint64_t last = 0, sampled = 0, sampled_at = 0;
+    const TraceRun& run = run_record(head);
+    if (std::atomic_ref<uint64_t>(const_cast<uint64_t&>(run.head))
+            .load(std::memory_order_acquire) == head) {
+      last = load(run.last);
+      sampled = load(run.sampled);
+      sampled_at = load(run.sampled_at);
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (load(run.head) != head) last = 0;
+    }
+    if (open_valid && head == open_head && open_last > last) {
+      last = open_last;
+      sampled = open_sampled;
+      sampled_at = open_sampled_at;
+    }
+    if (last <= head) continue;
+    // At most a ring's worth of the run, the most recent collectives.
+    const uint64_t first = std::max(head + 1, last >= capacity_ ? last - capacity_ + 1 : 0);
+    for (uint64_t sequence = first; sequence <= last; ++sequence) {
+      if (std::binary_search(explicit_sequences.begin(), explicit_sequences.end(), sequence))
+        continue;
+      TraceRecord copy = records[i];
+      copy.sequence = sequence;
+      copy.scheduled_at = sequence == sampled ? sampled_at : 0;
+      copy.scheduled_precise = false;
+      copy.started_at = 0;
+      copy.finished_at = 0;
+      copy.state = sequence <= completed ? TraceState::kCompleted : TraceState::kStarted;
+      records.push_back(std::move(copy));
+    }
+  }
 }
 
 FlightRecorder::FlightRecorder()

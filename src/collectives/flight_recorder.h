@@ -18,6 +18,12 @@
 // path of a small synchronous collective costs one or two cache lines of stores (prefetched by
 // the previous call) and one read of the coarse clock.
 //
+// Runs: a small synchronous collective that repeats the call recorded just before it (same op,
+// dtype, sizes and split sizes: CallCache's id, consecutive sequence numbers) gets no entry of its
+// own; it extends the previous entry's run, which costs one store to a hot line. A dump expands
+// a run into one line per collective. The open run lives in TraceRing's own fields; a closed one
+// (the next call differed) in `runs_`, at its first collective's index.
+//
 // FlightRecorder: the process-wide registry of rings and the dump logic (flight_recorder.cc); the
 // dump thread and the SIGUSR1 handler live in trace_dumper.cc. Thread-safe.
 #pragma once
@@ -84,6 +90,14 @@ struct TraceSplits {
   int64_t splits[transport::kMaxRanks];  // rows per rank, [0, num_splits)
 };
 
+// A closed run: collectives (head, last] repeated collective `head`'s call (see the top).
+struct TraceRun {
+  uint64_t head;     // 0: empty or being rewritten
+  uint64_t last;     // the run's last collective
+  uint64_t sampled;  // a collective of the run with a coarse time (0: none), and that time
+  uint64_t sampled_at;
+};
+
 // A consistent copy of an entry, for dumps.
 struct TraceRecord {
   uint64_t sequence = 0;
@@ -120,6 +134,7 @@ class TraceRing {
   // The collective `plan` got its sequence number. A synchronous call starts at once; an
   // asynchronous one is started by started(). Timestamps: see trace_clock and kSampleEvery.
   void scheduled(const OpPlan& plan, bool async_op) noexcept {
+    end_run(plan.sequence);
     TraceEntry& e = entry(plan.sequence);
     uint64_t now = 0;
     if (async_op) {
@@ -142,6 +157,21 @@ class TraceRing {
     __builtin_prefetch(&entry(plan.sequence + 1), 1, 3);
   }
 
+  // A small synchronous collective (its data travels inline) that runs call `call_id`
+  // (CallCache::id()): one store when it repeats the collective before it, else scheduled().
+  void scheduled_inline(const OpPlan& plan, uint64_t call_id) noexcept {
+    const uint64_t last = run_last_.load(std::memory_order_relaxed);
+    if (call_id == run_call_.load(std::memory_order_relaxed) && plan.sequence == last + 1)
+        [[likely]] {
+      run_last_.store(plan.sequence, std::memory_order_release);
+      if ((plan.sequence & (kRunSampleEvery - 1)) == 0) [[unlikely]]
+        sample_run(plan.sequence);
+      return;
+    }
+    scheduled(plan, false);
+    start_run(plan.sequence, call_id);
+  }
+
   // Whether collective `sequence` has its record (it may have been scheduled()).
   bool has(uint64_t sequence) const noexcept {
     return std::atomic_ref<uint64_t>(entry(sequence).sequence).load(std::memory_order_relaxed) ==
@@ -156,6 +186,7 @@ class TraceRing {
   // The collective began waiting for its peers in earnest (it sleeps): stamp it.
   void waiting(uint64_t sequence) noexcept {
     if (sequence == 0) return;
+    if (in_open_run(sequence)) split_run(sequence);
     TraceEntry& e = entry(sequence);
     std::atomic_ref<uint64_t> version(e.sequence);
     if (version.load(std::memory_order_relaxed) != sequence) return;
@@ -180,14 +211,38 @@ class TraceRing {
     if (success) completed_through_.store(sequence, std::memory_order_release);
   }
 
-  // Consistent copies of every entry in use (in no particular order).
+  // Consistent copies of every entry in use, runs expanded (in no particular order).
   std::vector<TraceRecord> snapshot() const;
+
+  // The memory of a ring of `capacity` entries.
+  static size_t ring_bytes(uint32_t capacity) {
+    return (sizeof(TraceEntry) + 2 * sizeof(TraceSplits) + sizeof(TraceRun)) * capacity;
+  }
 
  private:
   template <typename T>
   static void store(T& field, T value) noexcept {
     std::atomic_ref<T>(field).store(value, std::memory_order_relaxed);
   }
+  // A run's collectives get a coarse time every kRunSampleEvery-th (a clock read per call would
+  // cost more than the rest of the run's recording).
+  static constexpr uint64_t kRunSampleEvery = 64;
+  // Runs (see the top). Written by the thread that executes synchronous collectives (and
+  // end_run() by scheduled() on any thread); read by dumps.
+  void start_run(uint64_t head, uint64_t call_id) noexcept;
+  void end_run(uint64_t next_sequence) noexcept;
+  void sample_run(uint64_t sequence) noexcept;
+  bool in_open_run(uint64_t sequence) const noexcept {
+    const uint64_t head = run_head_.load(std::memory_order_relaxed);
+    return head != 0 && sequence > head && sequence <= run_last_.load(std::memory_order_relaxed);
+  }
+  // Gives collective `sequence` of the open run an entry of its own (a copy of the run's first),
+  // ending the run before it and starting a new one from it.
+  void split_run(uint64_t sequence) noexcept;
+  TraceRun& run_record(uint64_t head) const noexcept { return runs_[head & mask_]; }
+  // Adds a record for every collective of the runs that start at `records`' collectives.
+  void expand_runs(std::vector<TraceRecord>& records, uint64_t completed) const;
+
   // Masks, not `%`: a 64-bit division costs more than the rest of the recording.
   TraceEntry& entry(uint64_t sequence) const noexcept { return entries_[sequence & mask_]; }
   TraceSplits& splits_record(uint64_t sequence) const noexcept {
@@ -271,7 +326,16 @@ class TraceRing {
   const uint64_t splits_mask_ = 2 * uint64_t{capacity_} - 1;
   const uint64_t max_splits_delta_ = std::min<uint64_t>(capacity_ / 2, 0xffff);
   TraceEntry* entries_;  // capacity_ of each, zero pages until used (anonymous mmap)
-  TraceSplits* splits_;
+  TraceSplits* splits_;  // 2 * capacity_
+  TraceRun* runs_;       // capacity_
+  // The open run: its first collective (0: none), its last, and its call. A dump reads head,
+  // last, head again: start_run() zeroes head before it moves last, so a dump that sees the
+  // same head twice saw that run's last.
+  alignas(64) std::atomic<uint64_t> run_head_{0};
+  std::atomic<uint64_t> run_last_{0};
+  std::atomic<uint64_t> run_call_{0};  // 0: no open run (CallCache ids start at 1)
+  std::atomic<uint64_t> run_sampled_{0};
+  std::atomic<uint64_t> run_sampled_at_{0};
   // The last collective that completed (see finished()); its own cache line.
   alignas(64) std::atomic<uint64_t> completed_through_{0};
   // The last split sizes recorded (see record_splits()); two lines.

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/call_cache.h"
 #include "collectives/flight_recorder.h"
 #include "device/stream_impl.h"
 #include "shmccl/work.hpp"
@@ -74,6 +75,13 @@ class GroupState {
   // since the last one it did wait for): the next collective first waits for those arrivals and
   // checks their fingerprints (executor.cc). Used by the executing thread only.
   uint64_t early_finished() const { return early_finished_; }
+  // The last call executed and what this rank's slot holds of it (executing thread only).
+  collectives::CallCache& calls() { return calls_; }
+  // Suspends or resumes the mismatch check's work (descriptor, fingerprint), to measure its cost
+  // in one process (bench/recorder_overhead_bench.cc): suspended, every rank sends the same
+  // fingerprint. Only between collectives, on every rank alike; never in a real program.
+  void set_mismatch_check_active(bool active) { mismatch_check_ = active; }
+  bool mismatch_check_active() const { return mismatch_check_; }
   void set_early_finished(uint64_t sequence) { early_finished_ = sequence; }
 
  private:
@@ -93,6 +101,8 @@ class GroupState {
   collectives::TraceRing* active_trace_ = nullptr;  // trace_, or nullptr while suspended
   uint64_t executing_sequence_ = 0;
   uint64_t early_finished_ = 0;
+  collectives::CallCache calls_;
+  bool mismatch_check_ = true;
 };
 
 }  // namespace shmccl::detail

@@ -162,6 +162,52 @@ TEST(CollectiveErrorsTest, DifferentSplitSizesAreAMismatchNamingBoth) {
   EXPECT_TRUE(testing::all_ranks_succeeded(results));
 }
 
+// A loop repeats one call, so each rank reuses its cached fingerprint and descriptors; a call
+// that then differs on one rank in its split sizes only (same shapes) is still a mismatch, and
+// both descriptions are the calls of that sequence number, not the cached ones.
+TEST(CollectiveErrorsTest, AMismatchAfterRepeatedCallsNamesBothCurrentCalls) {
+  for (int world : {2, 3}) {
+    const std::string job = testing::unique_job_id();
+    auto results = testing::run_ranks(
+        world,
+        [](const testing::RankContext& ctx) {
+          npu::set_device(ctx.rank % 8);
+          ctx.init();
+          std::vector<int64_t> splits(static_cast<size_t>(ctx.world), 2);
+          Tensor output = zeros({2 * ctx.world}, kInt32).npu();
+          Tensor input = full({2}, ctx.rank, kInt32).npu();
+          for (int i = 0; i < 7; ++i) {  // an odd count: both halves of the slot are cached
+            all_gather_into_tensor_uneven(output, input, splits);
+          }
+          require(output.cpu().to_vector<int32_t>()[2 * (ctx.world - 1)] == ctx.world - 1,
+                  "the repeated calls worked");
+          std::vector<int64_t> changed = splits;
+          if (ctx.rank == ctx.world - 1) {
+            changed[0] = 3;
+            changed[1] = 1;
+          }
+          Tensor mine = zeros({changed[static_cast<size_t>(ctx.rank)]}, kInt32).npu();
+          try {
+            all_gather_into_tensor_uneven(output, mine, changed);
+          } catch (const RemoteError& error) {
+            const std::string text = error.what();
+            require(text.find("sequence=8") != std::string::npos, text);
+            require(text.find(ctx.world == 2 ? "splits=[3, 1]" : "splits=[3, 1, 2]") !=
+                        std::string::npos,
+                    text);
+            require(text.find(ctx.world == 2 ? "splits=[2, 2]" : "splits=[2, 2, 2]") !=
+                        std::string::npos,
+                    text);
+            return;
+          }
+          throw testing::RequirementFailed("no mismatch error");
+        },
+        std::chrono::seconds(60), job);
+    EXPECT_TRUE(testing::all_ranks_succeeded(results)) << world << " ranks";
+    EXPECT_TRUE(testing::no_segments_left(job));
+  }
+}
+
 // Rank 0 receives no rows of this reduce-scatter, so it finishes as soon as it has arrived and
 // may not see the last rank's different reduce op: the ranks that wait see the mismatch at the
 // call, rank 0 at the call (when the last rank was there first) or at its next one.

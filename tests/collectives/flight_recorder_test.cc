@@ -73,26 +73,37 @@ void configure(const std::string& prefix, const char* buffer_size = "2000") {
   log::reload();
 }
 
+// An uneven all-gather's plan (OpPlan is not copyable: returned as a pointer).
+std::unique_ptr<collectives::OpPlan> gather_plan(uint64_t sequence, const Tensor& input) {
+  auto owned = std::make_unique<collectives::OpPlan>();
+  collectives::OpPlan& plan = *owned;
+  plan.kind = transport::OpKind::kAllGather;
+  plan.name = "all_gather_into_tensor_uneven";
+  plan.dtype = kInt32;
+  plan.num_splits = 2;
+  plan.splits[0] = 2;
+  plan.splits[1] = 4;
+  plan.sequence = sequence;
+  plan.borrow_input(input);
+  return owned;
+}
+
+std::vector<TraceRecord> sorted_snapshot(const TraceRing& ring) {
+  std::vector<TraceRecord> records = ring.snapshot();
+  std::sort(records.begin(), records.end(),
+            [](const TraceRecord& a, const TraceRecord& b) { return a.sequence < b.sequence; });
+  return records;
+}
+
 TEST(TraceRingTest, KeepsTheLastCollectivesWithTheirStates) {
   TraceRing ring("g", 0, 2, 4);
   Tensor input = zeros({6}, kInt32);
   for (uint64_t sequence = 1; sequence <= 6; ++sequence) {
-    collectives::OpPlan plan;
-    plan.kind = transport::OpKind::kAllGather;
-    plan.name = "all_gather_into_tensor_uneven";
-    plan.dtype = kInt32;
-    plan.num_splits = 2;
-    plan.splits[0] = 2;
-    plan.splits[1] = 4;
-    plan.sequence = sequence;
-    plan.borrow_input(input);
-    ring.scheduled(plan, /*async_op=*/sequence == 6);
+    ring.scheduled(*gather_plan(sequence, input), /*async_op=*/sequence == 6);
     if (sequence <= 4) ring.finished(sequence, /*success=*/sequence != 4, /*timed=*/true);
   }
   ring.started(6);
-  std::vector<TraceRecord> records = ring.snapshot();
-  std::sort(records.begin(), records.end(),
-            [](const TraceRecord& a, const TraceRecord& b) { return a.sequence < b.sequence; });
+  std::vector<TraceRecord> records = sorted_snapshot(ring);
   ASSERT_EQ(records.size(), 4u);
   EXPECT_EQ(records[0].sequence, 3u);
   EXPECT_EQ(records[0].state, TraceState::kCompleted);
@@ -131,6 +142,89 @@ TEST(TraceRingTest, ConcurrentDumpsSeeConsistentEntries) {
     plan.borrow_input(sized);
     ring.scheduled(plan, false);
     ring.finished(sequence, true, true);
+  }
+  stop.store(true);
+  reader.join();
+}
+
+// A small synchronous call repeated in a loop extends one entry's run; a dump shows every one of
+// its collectives (at most a ring's worth), and a different call ends the run.
+TEST(TraceRingTest, RepeatedSmallCollectivesAreRecordedAsRuns) {
+  TraceRing ring("g", 0, 2, 8);
+  Tensor input = zeros({2}, kInt32);
+  for (uint64_t sequence = 1; sequence <= 20; ++sequence) {
+    ring.scheduled_inline(*gather_plan(sequence, input), /*call_id=*/1);
+    ring.finished(sequence, true, false);
+  }
+  Tensor other = zeros({3}, kInt32);
+  ring.scheduled_inline(*gather_plan(21, other), /*call_id=*/2);
+  std::vector<TraceRecord> records = sorted_snapshot(ring);
+  // Collective 1's entry, the last 8 of its run (13-20), and collective 21.
+  ASSERT_EQ(records.size(), 10u);
+  EXPECT_EQ(records[0].sequence, 1u);
+  for (size_t i = 1; i <= 8; ++i) {
+    EXPECT_EQ(records[i].sequence, 12 + i);
+    EXPECT_EQ(records[i].state, TraceState::kCompleted);
+    EXPECT_EQ(records[i].input_numel, 2);
+    EXPECT_EQ(records[i].splits, (std::vector<int64_t>{2, 4}));
+    EXPECT_STREQ(records[i].name, "all_gather_into_tensor_uneven");
+  }
+  EXPECT_EQ(records[9].sequence, 21u);
+  EXPECT_EQ(records[9].input_numel, 3);
+  EXPECT_EQ(records[9].state, TraceState::kStarted);
+
+  // The open run: 22 completes, 23 is still running when it starts to sleep (a precise stamp:
+  // it gets an entry of its own), 24 fails (an entry of its own, failed).
+  ring.finished(21, true, false);
+  ring.scheduled_inline(*gather_plan(22, other), 2);
+  ring.finished(22, true, false);
+  ring.scheduled_inline(*gather_plan(23, other), 2);
+  EXPECT_FALSE(ring.has(23));
+  ring.waiting(23);
+  EXPECT_TRUE(ring.has(23));
+  ring.finished(23, true, false);
+  ring.scheduled_inline(*gather_plan(24, other), 2);
+  EXPECT_FALSE(ring.has(24));
+  ring.scheduled(*gather_plan(24, other), false);  // what the executor does for a failure
+  ring.finished(24, false, true);
+  records = sorted_snapshot(ring);
+  ASSERT_GE(records.size(), 4u);
+  const TraceRecord* by_sequence[25] = {};
+  for (const TraceRecord& r : records)
+    if (r.sequence < 25) by_sequence[r.sequence] = &r;
+  for (uint64_t sequence = 21; sequence <= 24; ++sequence) {
+    ASSERT_NE(by_sequence[sequence], nullptr) << sequence;
+    EXPECT_EQ(by_sequence[sequence]->input_numel, 3) << sequence;
+  }
+  EXPECT_EQ(by_sequence[22]->state, TraceState::kCompleted);
+  EXPECT_EQ(by_sequence[23]->state, TraceState::kCompleted);
+  EXPECT_NE(by_sequence[23]->started_at, 0u);
+  EXPECT_EQ(by_sequence[23]->splits, (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(by_sequence[24]->state, TraceState::kFailed);
+}
+
+// Dumps while runs start and end see each collective with its own call's fields.
+TEST(TraceRingTest, ConcurrentDumpsSeeConsistentRuns) {
+  TraceRing ring("g", 0, 1, 16);
+  std::atomic<bool> stop{false};
+  std::thread reader([&] {
+    while (!stop.load()) {
+      for (const TraceRecord& r : ring.snapshot()) {
+        ASSERT_EQ(r.input_numel, static_cast<int64_t>(r.sequence / 10 % 1000)) << r.sequence;
+      }
+    }
+  });
+  for (uint64_t sequence = 1; sequence <= 200000; ++sequence) {
+    Tensor sized = zeros({static_cast<int64_t>(sequence / 10 % 1000)}, kFloat32);
+    collectives::OpPlan plan;
+    plan.kind = transport::OpKind::kAllReduce;
+    plan.name = "all_reduce";
+    plan.dtype = kFloat32;
+    plan.sequence = sequence;
+    plan.borrow_input(sized);
+    ring.scheduled_inline(plan, /*call_id=*/sequence / 10 + 1);
+    if (sequence % 97 == 0) ring.waiting(sequence);
+    ring.finished(sequence, true, false);
   }
   stop.store(true);
   reader.join();

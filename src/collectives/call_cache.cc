@@ -1,0 +1,57 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+#include "collectives/call_cache.h"
+
+namespace shmccl::collectives {
+namespace {
+
+using transport::OpKind;
+
+bool reduces(OpKind kind) {
+  return kind == OpKind::kReduceScatter || kind == OpKind::kAllReduce;
+}
+
+}  // namespace
+
+uint64_t call_hash(const OpPlan& plan, uint8_t inline_payload) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  auto mix = [&hash](uint64_t value) {
+    hash ^= value;
+    hash *= 0x100000001b3ull;
+    hash ^= hash >> 29;
+  };
+  mix(static_cast<uint64_t>(plan.kind) |
+      (static_cast<uint64_t>(static_cast<uint8_t>(plan.dtype)) << 8) |
+      (static_cast<uint64_t>(inline_payload) << 16));
+  mix(static_cast<uint64_t>(plan.row_elements));
+  mix(static_cast<uint64_t>(plan.num_splits));
+  if (reduces(plan.kind)) mix(static_cast<uint64_t>(plan.reduce_op));
+  if (plan.kind == OpKind::kBroadcast) mix(static_cast<uint64_t>(plan.root));
+  // Sizes every rank shares (a rank's own part is checked against the split locally).
+  if (plan.kind == OpKind::kAllReduce || plan.kind == OpKind::kBroadcast ||
+      plan.kind == OpKind::kReduceScatter) {
+    mix(static_cast<uint64_t>(numel_of(plan.input())));
+  }
+  if (plan.kind == OpKind::kAllGather) mix(static_cast<uint64_t>(numel_of(plan.output())));
+  for (int r = 0; r < plan.num_splits; ++r)
+    mix(static_cast<uint64_t>(plan.splits[static_cast<size_t>(r)]));
+  return hash;
+}
+
+void CallCache::refill(const OpPlan& plan, uint8_t inline_payload) {
+  kind_ = plan.kind;
+  dtype_ = plan.dtype;
+  reduce_op_ = plan.reduce_op;
+  inline_payload_ = inline_payload;
+  root_ = plan.root;
+  name_ = plan.name;
+  input_numel_ = numel_of(plan.input());
+  output_numel_ = numel_of(plan.output());
+  row_elements_ = plan.row_elements;
+  num_splits_ = plan.num_splits;
+  for (int r = 0; r < plan.num_splits; ++r)
+    splits_[static_cast<size_t>(r)] = plan.splits[static_cast<size_t>(r)];
+  hash_ = call_hash(plan, inline_payload);
+  ++id_;
+}
+
+}  // namespace shmccl::collectives

@@ -1,0 +1,89 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// CallCache: what a rank remembers of its last collective call on a group, so that the call a
+// training loop repeats costs neither a new fingerprint nor a new descriptor nor a new flight
+// record. Comparing a call with the remembered one is a handful of independent compares; hashing
+// it is a serial chain of multiplies, and writing its descriptor a dozen stores: measured against
+// a 0.2 us collective, that was the cost of the always-on mismatch check (bench/
+// recorder_overhead_bench.cc measures both).
+//
+// The call's hash covers exactly what every rank must agree on (op, dtype, reduce op, root, the
+// sizes that are common to all ranks, the split sizes, and whether the data travels inline); a
+// collective's fingerprint is that hash plus its sequence number. The remembered fields are a
+// superset (a rank's own sizes too), so a call equal to the remembered one has the same hash.
+// Ranks compare the fingerprints of one sequence number, which are equal exactly when the hashes
+// are.
+//
+// Thread-safety: used by the thread that executes the group's collectives (one at a time).
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "collectives/op_plan.h"
+
+namespace shmccl::collectives {
+
+// A sequence-free hash of the fields every rank must agree on (different calls collide with
+// probability about 2^-64).
+uint64_t call_hash(const OpPlan& plan, uint8_t inline_payload);
+
+class CallCache {
+ public:
+  // Makes `plan` (travelling inline as `inline_payload` says: see OpDescriptor) the remembered
+  // call; true when it already was (same fields). Then hash() and id() describe it.
+  bool remember(const OpPlan& plan, uint8_t inline_payload) {
+    if (same(plan, inline_payload)) [[likely]]
+      return true;
+    refill(plan, inline_payload);
+    return false;
+  }
+  uint64_t hash() const { return hash_; }
+  // Distinct for each distinct call remembered in a row (1, 2, ...; 0 is never a call's id).
+  uint64_t id() const { return id_; }
+
+  // The half `parity` of this rank's slot holds the full descriptor of call `id` (so a repeat
+  // only needs the new sequence number there); 0 when unknown.
+  uint64_t descriptor_call(int parity) const { return descriptor_call_[parity]; }
+  void set_descriptor_call(int parity, uint64_t id) { descriptor_call_[parity] = id; }
+
+ private:
+  bool same(const OpPlan& plan, uint8_t inline_payload) const;
+  void refill(const OpPlan& plan, uint8_t inline_payload);
+
+  // The remembered call.
+  transport::OpKind kind_ = transport::OpKind::kNone;
+  ScalarType dtype_ = kUInt8;
+  ReduceOp reduce_op_ = ReduceOp::SUM;
+  uint8_t inline_payload_ = 0;
+  int root_ = 0;
+  const char* name_ = nullptr;
+  int64_t input_numel_ = -1;
+  int64_t output_numel_ = -1;
+  int64_t row_elements_ = 0;
+  int num_splits_ = -1;
+  std::array<int64_t, transport::kMaxRanks> splits_{};
+
+  uint64_t hash_ = 0;
+  uint64_t id_ = 0;
+  uint64_t descriptor_call_[2] = {0, 0};
+};
+
+inline int64_t numel_of(const Tensor& tensor) {
+  return tensor.defined() ? tensor.numel() : 0;
+}
+
+inline bool CallCache::same(const OpPlan& plan, uint8_t inline_payload) const {
+  // Non-short-circuit `&`: independent compares, one branch.
+  bool equal = (plan.kind == kind_) & (plan.dtype == dtype_) & (plan.reduce_op == reduce_op_) &
+               (inline_payload == inline_payload_) & (plan.root == root_) & (plan.name == name_) &
+               (numel_of(plan.input()) == input_numel_) &
+               (numel_of(plan.output()) == output_numel_) & (plan.row_elements == row_elements_) &
+               (plan.num_splits == num_splits_);
+  if (!equal) return false;
+  for (int r = 0; r < plan.num_splits; ++r)
+    equal &= plan.splits[static_cast<size_t>(r)] == splits_[static_cast<size_t>(r)];
+  return equal;
+}
+
+}  // namespace shmccl::collectives
