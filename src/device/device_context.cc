@@ -64,6 +64,9 @@ thread_local ProcessState* t_streams_owner = nullptr;  // t_current_streams belo
 DeviceState& device_state(int device) {
   ProcessState& state = process_state();
   DeviceState& entry = state.devices[static_cast<size_t>(device)];
+  // The common case without std::call_once, whose fast path still sets thread-local state.
+  if (entry.ready.load(std::memory_order_acquire)) [[likely]]
+    return entry;
   std::call_once(entry.created, [&] {
     const uint64_t capacity = config::get_bytes("SHMCCL_NPU_MEMORY");
     entry.arena = std::make_unique<Arena>(device, capacity);
