@@ -38,8 +38,7 @@ void run_chunk(const ExecContext& context, uint64_t chunk) {
   const uint64_t length = std::min<uint64_t>(context.chunk_bytes, plan.input().nbytes() - offset);
   for (int destination = 0; destination < context.size; ++destination) {
     if (destination == plan.root) continue;
-    context.copy(context.outputs[destination] + offset, context.inputs[plan.root] + offset,
-                 length);
+    context.copy(context.outputs[destination] + offset, context.inputs[plan.root] + offset, length);
   }
 }
 

@@ -29,9 +29,9 @@ uint64_t call_hash(const OpPlan& plan, uint8_t inline_payload) {
   // Sizes every rank shares (a rank's own part is checked against the split locally).
   if (plan.kind == OpKind::kAllReduce || plan.kind == OpKind::kBroadcast ||
       plan.kind == OpKind::kReduceScatter) {
-    mix(static_cast<uint64_t>(numel_of(plan.input())));
+    mix(static_cast<uint64_t>(plan.input_numel()));
   }
-  if (plan.kind == OpKind::kAllGather) mix(static_cast<uint64_t>(numel_of(plan.output())));
+  if (plan.kind == OpKind::kAllGather) mix(static_cast<uint64_t>(plan.output_numel()));
   for (int r = 0; r < plan.num_splits; ++r)
     mix(static_cast<uint64_t>(plan.splits[static_cast<size_t>(r)]));
   return hash;
@@ -44,8 +44,8 @@ void CallCache::refill(const OpPlan& plan, uint8_t inline_payload) {
   inline_payload_ = inline_payload;
   root_ = plan.root;
   name_ = plan.name;
-  input_numel_ = numel_of(plan.input());
-  output_numel_ = numel_of(plan.output());
+  input_numel_ = plan.input_numel();
+  output_numel_ = plan.output_numel();
   row_elements_ = plan.row_elements;
   num_splits_ = plan.num_splits;
   for (int r = 0; r < plan.num_splits; ++r)

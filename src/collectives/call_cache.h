@@ -69,17 +69,12 @@ class CallCache {
   uint64_t descriptor_call_[2] = {0, 0};
 };
 
-inline int64_t numel_of(const Tensor& tensor) {
-  return tensor.defined() ? tensor.numel() : 0;
-}
-
 inline bool CallCache::same(const OpPlan& plan, uint8_t inline_payload) const {
   // Non-short-circuit `&`: independent compares, one branch.
   bool equal = (plan.kind == kind_) & (plan.dtype == dtype_) & (plan.reduce_op == reduce_op_) &
                (inline_payload == inline_payload_) & (plan.root == root_) & (plan.name == name_) &
-               (numel_of(plan.input()) == input_numel_) &
-               (numel_of(plan.output()) == output_numel_) & (plan.row_elements == row_elements_) &
-               (plan.num_splits == num_splits_);
+               (plan.input_numel() == input_numel_) & (plan.output_numel() == output_numel_) &
+               (plan.row_elements == row_elements_) & (plan.num_splits == num_splits_);
   if (!equal) return false;
   for (int r = 0; r < plan.num_splits; ++r)
     equal &= plan.splits[static_cast<size_t>(r)] == splits_[static_cast<size_t>(r)];

@@ -418,11 +418,11 @@ bool run(detail::GroupState& state, const OpPlan& plan) {
   }
   arrival.fingerprint = fingerprint;
   fault::point(fault::Point::kBeforeArrival, me, sequence, plan.kind == OpKind::kBarrier);
-  // Release (seq_cst for notify's Dekker pairing): descriptor, payload and fingerprint
-  // happen-before any peer that sees this arrival.
-  arrival.sequence.store(sequence, std::memory_order_seq_cst);
-  // A synchronous call is recorded now, while the arrival travels to the peers. A small one that
-  // repeats the last call only extends that record's run (one store).
+  // Release: descriptor, payload and fingerprint happen-before any peer that sees this arrival.
+  arrival.sequence.store(sequence, std::memory_order_release);
+  // A synchronous call is recorded now, while the arrival's line travels to the peers (the
+  // store's ownership request is still under way: a seq_cst store would stall here until it
+  // completes). A small one that repeats the last call only extends that record's run.
   if (trace != nullptr) {
     if (inline_payload) {
       trace->scheduled_inline(plan, calls.id());
@@ -430,6 +430,10 @@ bool run(detail::GroupState& state, const OpPlan& plan) {
       trace->scheduled(plan, false);
     }
   }
+  // The arrival, then the reads of the others' arrivals and of notify()'s sleeper count, in the
+  // single total order (Dekker with sleepers and with a racing last arrival): this fence makes the
+  // release store above act as the seq_cst store they pair with.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   fault::point(fault::Point::kAfterArrival, me, sequence);
   auto arrived = [&](int r) {
     return transport.slot(r).arrivals[parity].sequence.load(std::memory_order_seq_cst) == sequence;
@@ -442,7 +446,7 @@ bool run(detail::GroupState& state, const OpPlan& plan) {
   };
   // Most sleepers wait for everyone, so only the arrival that completes the set needs to wake
   // them (no thundering herd when ranks outnumber cores); a broadcast's receivers wait for the
-  // root alone, so the root wakes them too. Two last arrivals racing: each store is seq_cst and
+  // root alone, so the root wakes them too. Two last arrivals racing: each store is fenced and
   // precedes its check, so at least one of them sees the other and wakes.
   if ((plan.kind == OpKind::kBroadcast && rank == plan.root) || everyone_arrived()) {
     transport.notify();

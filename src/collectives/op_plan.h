@@ -31,6 +31,9 @@ struct OpPlan {
   const std::vector<Tensor>& outputs() const {
     return outputs_ != nullptr ? *outputs_ : no_outputs();
   }
+  // Element counts, 0 for an absent tensor (no static guard: the call cache's hot path).
+  int64_t input_numel() const { return input_ != nullptr ? input_->numel() : 0; }
+  int64_t output_numel() const { return output_ != nullptr ? output_->numel() : 0; }
   void borrow_input(const Tensor& tensor) { input_ = &tensor; }
   void borrow_output(const Tensor& tensor) { output_ = &tensor; }
   void borrow_outputs(const std::vector<Tensor>& tensors) { outputs_ = &tensors; }
