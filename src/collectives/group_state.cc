@@ -44,8 +44,13 @@ GroupState::~GroupState() {
 }
 
 npu::detail::StreamImpl& GroupState::comm_stream() {
-  std::call_once(comm_stream_once_,
-                 [&] { comm_stream_ = device::new_stream(npu::current_device()); });
+  if (npu::detail::StreamImpl* ready = comm_stream_ready_.load(std::memory_order_acquire)) {
+    return *ready;
+  }
+  std::call_once(comm_stream_once_, [&] {
+    comm_stream_ = device::new_stream(npu::current_device());
+    comm_stream_ready_.store(comm_stream_.get(), std::memory_order_release);
+  });
   return *comm_stream_;
 }
 

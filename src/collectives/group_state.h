@@ -52,7 +52,9 @@ class GroupState {
 
   // The stream that runs this group's collectives, created on first use.
   npu::detail::StreamImpl& comm_stream();
-  bool has_comm_stream() const { return comm_stream_ != nullptr; }
+  bool has_comm_stream() const {
+    return comm_stream_ready_.load(std::memory_order_acquire) != nullptr;
+  }
 
   // A failed group stays failed (its ranks may disagree on where the work pool stands): every
   // later collective throws the first failure. True when this was the first failure.
@@ -93,6 +95,9 @@ class GroupState {
   uint64_t pool_base_ = 0;
   std::once_flag comm_stream_once_;
   std::shared_ptr<npu::detail::StreamImpl> comm_stream_;
+  // comm_stream_.get() once it exists: the check of every synchronous collective, without
+  // std::call_once (whose fast path still sets thread-local state).
+  std::atomic<npu::detail::StreamImpl*> comm_stream_ready_{nullptr};
   std::atomic<bool> failed_{false};
   mutable std::mutex failure_mutex_;
   std::string failure_;

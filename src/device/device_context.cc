@@ -57,9 +57,17 @@ ProcessState& process_state() {
 }
 
 thread_local int t_current_device = 0;
-// The calling thread's current stream per device; empty means the default stream.
-thread_local std::array<std::shared_ptr<npu::detail::StreamImpl>, kMaxDevices> t_current_streams;
-thread_local ProcessState* t_streams_owner = nullptr;  // t_current_streams belong to this state
+// The calling thread's current stream per device; empty means the default stream. One
+// thread_local object: each access to one costs a call in a shared library.
+struct ThreadStreams {
+  ProcessState* owner = nullptr;  // `streams` belong to this state
+  std::array<std::shared_ptr<npu::detail::StreamImpl>, kMaxDevices> streams;
+};
+thread_local ThreadStreams t_streams;
+// Out of line, so that a caller looks the thread_local up once (see stream_impl.cc).
+[[gnu::noinline]] ThreadStreams& thread_streams() {
+  return t_streams;
+}
 
 DeviceState& device_state(int device) {
   ProcessState& state = process_state();
@@ -83,11 +91,12 @@ DeviceState& device_state(int device) {
 
 std::shared_ptr<npu::detail::StreamImpl>& thread_stream_slot(int device) {
   ProcessState* state = &process_state();
-  if (t_streams_owner != state) {
-    t_current_streams = {};
-    t_streams_owner = state;
+  ThreadStreams& mine = thread_streams();
+  if (mine.owner != state) {
+    mine.streams = {};
+    mine.owner = state;
   }
-  return t_current_streams[static_cast<size_t>(device)];
+  return mine.streams[static_cast<size_t>(device)];
 }
 
 }  // namespace

@@ -41,6 +41,12 @@ uint64_t fork_generation() {
 // to wait for itself.
 thread_local const void* t_running_stream = nullptr;
 
+// The address of t_running_stream. Out of line: in a shared library every access to a
+// thread_local is a call, which the compiler repeats after each call it cannot see into.
+[[gnu::noinline]] const void*& running_stream_slot() {
+  return t_running_stream;
+}
+
 std::string describe(const std::exception_ptr& error) {
   try {
     std::rethrow_exception(error);
@@ -60,6 +66,12 @@ void complete_generation_locked(EventState& event, uint64_t generation,
   event.completed = true;
   event.error = stream_error;
   if (event.enable_timing) event.completed_at = std::chrono::steady_clock::now();
+}
+
+// Advances a counter of State that only the holder of its mutex writes: a plain load and a
+// release store (no locked instruction), which idle()'s lock-free acquire loads pair with.
+void bump(std::atomic<uint64_t>& counter) {
+  counter.store(counter.load(std::memory_order_relaxed) + 1, std::memory_order_release);
 }
 
 }  // namespace
@@ -164,7 +176,7 @@ void StreamImpl::worker_loop(const std::shared_ptr<State>& state) {
     task = nullptr;
     lock.lock();
     if (error && !s.error) s.error = std::move(error);
-    ++s.completed;
+    bump(s.completed);
     if (s.sync_waiters > 0) {
       lock.unlock();
       s.done_cv.notify_all();
@@ -181,7 +193,7 @@ bool StreamImpl::push_locked(std::function<void()> task) {
     s.worker = std::thread([state = state_] { worker_loop(state); });
   }
   s.queue.push_back(std::move(task));
-  ++s.enqueued;
+  bump(s.enqueued);
   // While a task runs inline the worker must not start this one; run_sync wakes it afterwards.
   if (s.worker_sleeping && !s.running_inline) {
     s.worker_sleeping = false;
@@ -217,7 +229,8 @@ void StreamImpl::enqueue(std::function<void()> task) {
 
 void StreamImpl::run_sync(const std::function<void()>& task) {
   State& s = *state_;
-  if (t_running_stream == &s) {  // inside one of our own tasks: this is already stream order
+  const void*& running_stream = running_stream_slot();  // one thread-local lookup, not three
+  if (running_stream == &s) {  // inside one of our own tasks: this is already stream order
     task();
     return;
   }
@@ -229,18 +242,18 @@ void StreamImpl::run_sync(const std::function<void()>& task) {
     // for it and tasks queued meanwhile stay behind it (the worker skips them while
     // running_inline is set).
     s.running_inline = true;
-    ++s.enqueued;
+    bump(s.enqueued);
     lock.unlock();
-    const void* outer = std::exchange(t_running_stream, &s);
+    const void* outer = std::exchange(running_stream, &s);
     try {
       task();
     } catch (...) {
       error = std::current_exception();
     }
-    t_running_stream = outer;
+    running_stream = outer;
     lock.lock();
     s.running_inline = false;
-    ++s.completed;
+    bump(s.completed);
     const bool wake_worker = !s.queue.empty() && std::exchange(s.worker_sleeping, false);
     const bool wake_waiters = s.sync_waiters > 0;
     lock.unlock();
@@ -271,8 +284,10 @@ void StreamImpl::run_sync(const std::function<void()>& task) {
 
 bool StreamImpl::idle() const {
   check_usable();
-  std::lock_guard<std::mutex> lock(state_->mutex);
-  return state_->enqueued == state_->completed;
+  // Without the mutex: a thread sees its own enqueues, and a completion it sees happened-before
+  // (release/acquire with bump()); concurrent enqueues by other threads are unordered anyway.
+  const uint64_t completed = state_->completed.load(std::memory_order_acquire);
+  return completed == state_->enqueued.load(std::memory_order_acquire);
 }
 
 uint64_t StreamImpl::pending() const {

@@ -8,6 +8,7 @@
 // runs, so tasks may freely use other streams, events and even their own stream (run_sync nests).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -107,8 +108,10 @@ class StreamImpl {
     std::condition_variable work_cv;  // worker: new task or stop
     std::condition_variable done_cv;  // synchronizers: `completed` advanced
     std::deque<std::function<void()>> queue;
-    uint64_t enqueued = 0;         // tasks ever accepted (queued or run inline)
-    uint64_t completed = 0;        // tasks finished; tasks finish in order, so <= enqueued
+    // Tasks ever accepted (queued or run inline), and tasks finished (in order, so <= enqueued).
+    // Written under `mutex` only (see bump()); atomic so that idle() can read them without it.
+    std::atomic<uint64_t> enqueued{0};
+    std::atomic<uint64_t> completed{0};
     uint32_t sync_waiters = 0;     // threads blocked on done_cv
     bool worker_sleeping = false;  // worker blocked on work_cv and not yet notified
     bool running_inline = false;   // run_sync is running a task on its caller's thread
