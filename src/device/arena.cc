@@ -320,6 +320,36 @@ std::shared_ptr<ArenaMapping> ArenaMapping::open(const ArenaHandle& handle) {
   return result;
 }
 
+void ArenaMapping::populate(uint64_t offset, uint64_t bytes) {
+  constexpr uint64_t kPage = 4096;
+  if (bytes == 0 || offset > capacity_ || capacity_ - offset < bytes) return;
+  uint64_t start = offset / kPage * kPage;
+  uint64_t end = std::min(capacity_, (offset + bytes + kPage - 1) / kPage * kPage);
+  std::lock_guard<std::mutex> lock(populated_mutex_);
+  // Covered already: the range that starts at or before `start` reaches `end`.
+  auto next = populated_.upper_bound(start);
+  if (next != populated_.begin()) {
+    auto covering = std::prev(next);
+    if (covering->second >= end) return;
+  }
+#ifdef MADV_POPULATE_WRITE
+  if (::madvise(base_ + start, end - start, MADV_POPULATE_WRITE) != 0) return;  // old kernel
+#else
+  return;
+#endif
+  // Merge with the ranges it touches or overlaps.
+  auto first = populated_.upper_bound(start);
+  if (first != populated_.begin() && std::prev(first)->second >= start) --first;
+  auto last = first;
+  while (last != populated_.end() && last->first <= end) {
+    start = std::min(start, last->first);
+    end = std::max(end, last->second);
+    ++last;
+  }
+  populated_.erase(first, last);
+  populated_.emplace(start, end);
+}
+
 ArenaMapping::~ArenaMapping() {
   if (base_ != nullptr) ::munmap(base_ - Arena::kHeaderBytes, Arena::kHeaderBytes + capacity_);
   if (fd_ >= 0) ::close(fd_);

@@ -98,12 +98,23 @@ class ArenaMapping {
   uint64_t capacity() const { return capacity_; }
   const ArenaHandle& handle() const { return handle_; }
 
+  // Fills this process's page tables for [offset, offset + bytes) of the mapping, once per
+  // range (remembered), so that copying into a peer's tensor does not take one page fault per
+  // 4 KiB: a work-pool collective writes pieces of every peer's buffer, and which rank writes
+  // which piece changes from call to call, so without this the faults went on for several calls
+  // (256 MiB all-gather at 4 ranks: 46-129 ms per call, 1.5 million minor faults in a run).
+  // Best effort (MADV_POPULATE_WRITE, Linux 5.14); the range must lie in the committed arena.
+  // Thread-safe.
+  void populate(uint64_t offset, uint64_t bytes);
+
  private:
   ArenaMapping() = default;
   ArenaHandle handle_{};
   int fd_ = -1;           // owned; our copy of the peer's memfd
   char* base_ = nullptr;  // owned mapping starts at base_ - Arena::kHeaderBytes
   uint64_t capacity_ = 0;
+  std::mutex populated_mutex_;
+  std::map<uint64_t, uint64_t> populated_;  // page-aligned [start, end) ranges, disjoint
 };
 
 // "512 bytes", "64.00 KiB", "2.00 MiB", "16.00 GiB": sizes as memory errors print them.

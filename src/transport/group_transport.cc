@@ -306,6 +306,8 @@ char* GroupTransport::resolve(const BufferRef& shared_ref, uint64_t bytes) const
                                      "): cannot map its NPU memory: ", error.what()));
   }
   if (out_of_bounds(mapping->capacity())) throw bounds_error(mapping->capacity());
+  // A buffer of a few pages faults in quickly; a larger one is prefaulted once (see populate).
+  if (bytes >= kPopulateBytes) mapping->populate(ref.offset, bytes);
   return mapping->base() + ref.offset;
 }
 

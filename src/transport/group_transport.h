@@ -84,6 +84,8 @@ class GroupTransport {
   // The address of `ref`'s first byte in this process; checks that `bytes` fit in its arena.
   // Maps a peer's arena on first use (and keeps it mapped for the process's lifetime).
   char* resolve(const BufferRef& ref, uint64_t bytes) const;
+  // Peer buffers from this size up get this process's page tables filled when resolved.
+  static constexpr uint64_t kPopulateBytes = 64 * 1024;
 
  private:
   GroupTransport(ShmSegment segment, int rank, int size);
