@@ -12,6 +12,7 @@
 #include "core/check.h"
 #include "core/config.h"
 #include "core/logging.h"
+#include "core/memory_order.h"
 #include "device/device_context.h"
 #include "device/kernels.h"
 #include "shmccl/npu.hpp"
@@ -419,7 +420,9 @@ bool run(detail::GroupState& state, const OpPlan& plan) {
   arrival.fingerprint = fingerprint;
   fault::point(fault::Point::kBeforeArrival, me, sequence, plan.kind == OpKind::kBarrier);
   // Release: descriptor, payload and fingerprint happen-before any peer that sees this arrival.
-  arrival.sequence.store(sequence, std::memory_order_release);
+  // (seq_cst under TSan, which has no fences: see the fence below.)
+  arrival.sequence.store(
+      sequence, detail::kThreadSanitizer ? std::memory_order_seq_cst : std::memory_order_release);
   // A synchronous call is recorded now, while the arrival's line travels to the peers (the
   // store's ownership request is still under way: a seq_cst store would stall here until it
   // completes). A small one that repeats the last call only extends that record's run.
@@ -433,7 +436,7 @@ bool run(detail::GroupState& state, const OpPlan& plan) {
   // The arrival, then the reads of the others' arrivals and of notify()'s sleeper count, in the
   // single total order (Dekker with sleepers and with a racing last arrival): this fence makes the
   // release store above act as the seq_cst store they pair with.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  detail::fence(std::memory_order_seq_cst);
   fault::point(fault::Point::kAfterArrival, me, sequence);
   auto arrived = [&](int r) {
     return transport.slot(r).arrivals[parity].sequence.load(std::memory_order_seq_cst) == sequence;

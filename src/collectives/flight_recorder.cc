@@ -238,16 +238,16 @@ TraceRing::~TraceRing() {
 
 void TraceRing::start_run(uint64_t head, uint64_t call_id) noexcept {
   run_head_.store(0, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);  // a dump sees the 0 before the new last
-  run_last_.store(head, std::memory_order_relaxed);
-  run_sampled_.store(0, std::memory_order_relaxed);
+  detail::fence(std::memory_order_release);  // a dump sees the 0 before the new last
+  run_last_.store(head, detail::kSeqlockStore);
+  run_sampled_.store(0, detail::kSeqlockStore);
   run_call_.store(call_id, std::memory_order_relaxed);
   run_head_.store(head, std::memory_order_release);
 }
 
 void TraceRing::sample_run(uint64_t sequence) noexcept {
   run_sampled_.store(0, std::memory_order_relaxed);
-  run_sampled_at_.store(trace_clock::coarse(), std::memory_order_relaxed);
+  run_sampled_at_.store(trace_clock::coarse(), detail::kSeqlockStore);
   run_sampled_.store(sequence, std::memory_order_release);
 }
 
@@ -261,7 +261,7 @@ void TraceRing::end_run(uint64_t next_sequence) noexcept {
     TraceRun& run = run_record(head);
     const uint64_t sampled = run_sampled_.load(std::memory_order_relaxed);
     store(run.head, uint64_t{0});
-    std::atomic_thread_fence(std::memory_order_release);
+    detail::fence(std::memory_order_release);
     store(run.last, last);
     store(run.sampled, sampled > head && sampled <= last ? sampled : uint64_t{0});
     store(run.sampled_at, run_sampled_at_.load(std::memory_order_relaxed));
@@ -284,7 +284,7 @@ void TraceRing::split_run(uint64_t sequence) noexcept {
   packed |= static_cast<uint64_t>(TraceState::kStarted) << kStateShift;
   packed |= std::min<uint64_t>(splits_delta, 0xffff) << 48;
   store(to.sequence, uint64_t{0});
-  std::atomic_thread_fence(std::memory_order_release);
+  detail::fence(std::memory_order_release);
   store(to.name, load(from.name));
   store(to.packed, packed);
   store(to.input_numel, load(from.input_numel));
@@ -302,7 +302,7 @@ std::vector<TraceRecord> TraceRing::snapshot() const {
     TraceEntry& e = entries_[i];
     auto load = [](auto& field) {
       using T = std::remove_reference_t<decltype(field)>;
-      return std::atomic_ref<T>(field).load(std::memory_order_relaxed);
+      return std::atomic_ref<T>(field).load(detail::kSeqlockLoad);
     };
     const uint64_t before = std::atomic_ref<uint64_t>(e.sequence).load(std::memory_order_acquire);
     if (before == 0) continue;
@@ -326,7 +326,7 @@ std::vector<TraceRecord> TraceRing::snapshot() const {
     r.scheduled_precise = r.async_op;
     r.finished_at = finished_valid ? load(e.finished_at) : 0;
     r.started_at = started_valid ? load(e.started_at) : 0;
-    std::atomic_thread_fence(std::memory_order_acquire);
+    detail::fence(std::memory_order_acquire);
     if (std::atomic_ref<uint64_t>(e.sequence).load(std::memory_order_relaxed) != before) continue;
     // The split sizes, from their own record (a seqlock keyed by its id).
     r.row_elements = 1;
@@ -337,7 +337,7 @@ std::vector<TraceRecord> TraceRing::snapshot() const {
       const int64_t row = load(splits.row_elements);
       for (int s = 0; s < r.num_splits; ++s)
         values[static_cast<size_t>(s)] = load(splits.splits[s]);
-      std::atomic_thread_fence(std::memory_order_acquire);
+      detail::fence(std::memory_order_acquire);
       if (id == splits_from &&
           std::atomic_ref<uint64_t>(splits.id).load(std::memory_order_relaxed) == id) {
         r.splits = std::move(values);
@@ -359,8 +359,8 @@ void TraceRing::expand_runs(std::vector<TraceRecord>& records, uint64_t complete
   const uint64_t open_head = run_head_.load(std::memory_order_acquire);
   const uint64_t open_last = run_last_.load(std::memory_order_acquire);
   const uint64_t open_sampled = run_sampled_.load(std::memory_order_acquire);
-  const uint64_t open_sampled_at = run_sampled_at_.load(std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_acquire);
+  const uint64_t open_sampled_at = run_sampled_at_.load(detail::kSeqlockLoad);
+  detail::fence(std::memory_order_acquire);
   const bool open_valid = open_head != 0 && run_head_.load(std::memory_order_relaxed) == open_head;
   std::vector<uint64_t> explicit_sequences;
   for (const TraceRecord& r : records)
@@ -376,7 +376,7 @@ void TraceRing::expand_runs(std::vector<TraceRecord>& records, uint64_t complete
       last = load(run.last);
       sampled = load(run.sampled);
       sampled_at = load(run.sampled_at);
-      std::atomic_thread_fence(std::memory_order_acquire);
+      detail::fence(std::memory_order_acquire);
       if (load(run.head) != head) last = 0;
     }
     if (open_valid && head == open_head && open_last > last) {

@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "collectives/op_plan.h"
+#include "core/memory_order.h"
 
 namespace shmccl::collectives {
 
@@ -144,7 +145,7 @@ class TraceRing {
     }
     const uint64_t splits_delta = plan.num_splits > 0 ? record_splits(plan) : 0;
     store(e.sequence, uint64_t{0});
-    std::atomic_thread_fence(std::memory_order_release);  // the 0 is visible before new fields
+    detail::fence(std::memory_order_release);  // the 0 is visible before new fields
     store(e.name, plan.name);
     store(e.packed, pack(plan, async_op, async_op ? TraceState::kScheduled : TraceState::kStarted) |
                         splits_delta << 48);
@@ -222,7 +223,7 @@ class TraceRing {
  private:
   template <typename T>
   static void store(T& field, T value) noexcept {
-    std::atomic_ref<T>(field).store(value, std::memory_order_relaxed);
+    std::atomic_ref<T>(field).store(value, detail::kSeqlockStore);
   }
   // A run's collectives get a coarse time every kRunSampleEvery-th (a clock read per call would
   // cost more than the rest of the run's recording).
@@ -279,7 +280,7 @@ class TraceRing {
     }
     TraceSplits& record = splits_record(sequence);
     store(record.id, uint64_t{0});
-    std::atomic_thread_fence(std::memory_order_release);
+    detail::fence(std::memory_order_release);
     store(record.row_elements, plan.row_elements);
     for (int r = 0; r < count; ++r)
       store(record.splits[r], plan.splits[static_cast<size_t>(r)]);
@@ -295,7 +296,7 @@ class TraceRing {
   }
   template <typename T>
   static T load(const T& field) noexcept {
-    return std::atomic_ref<T>(const_cast<T&>(field)).load(std::memory_order_relaxed);
+    return std::atomic_ref<T>(const_cast<T&>(field)).load(detail::kSeqlockLoad);
   }
 
   // A state change, with the time it happened when `timed` (into started_at when `start`, else
@@ -312,7 +313,7 @@ class TraceRing {
         (packed & ~(uint64_t{7} << kStateShift)) | (static_cast<uint64_t>(state) << kStateShift);
     if (timed) packed |= start ? kStartedValid : kFinishedValid;
     version.store(0, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_release);
+    detail::fence(std::memory_order_release);
     store(e.packed, packed);
     if (timed) store(start ? e.started_at : e.finished_at, now);
     version.store(sequence, std::memory_order_release);
