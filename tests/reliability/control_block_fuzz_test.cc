@@ -169,6 +169,11 @@ struct Tally {
 };
 
 TEST(ControlBlockFuzz, RandomWritesCauseErrorsNeverCrashesOrHangs) {
+#if defined(__SANITIZE_THREAD__)
+  // The fuzzer's plain writes into memory the library reads concurrently are the races this test
+  // is about: TSan reports them as such. The plain and ASan builds (CI) run it.
+  GTEST_SKIP() << "races on purpose: not under ThreadSanitizer";
+#endif
   const int64_t rounds = env_or("SHMCCL_FUZZ_ROUNDS", 6);
   const uint64_t seed = static_cast<uint64_t>(env_or("SHMCCL_FUZZ_SEED", 1));
   constexpr int kWorld = 4;

@@ -25,6 +25,7 @@
 #include "collectives/fault_injection.h"
 #include "core/config.h"
 #include "core/logging.h"
+#include "core/memory_order.h"
 #include "multiprocess.h"
 #include "reliability/random_collective.h"
 
@@ -39,7 +40,9 @@ using testing::str;
 // Detection must take about a millisecond; the bound leaves room for a loaded 2-core machine
 // (and sanitizers). The measured figures are printed.
 constexpr double kDeathBoundSeconds = 3.0;
-constexpr auto kStallTimeout = std::chrono::milliseconds(1000);
+// Under ThreadSanitizer a victim's _exit runs TSan's finalization, which in a forked child with
+// threads took over a second: a 1 s group timeout then fired before the death was visible.
+constexpr auto kStallTimeout = std::chrono::milliseconds(detail::kThreadSanitizer ? 5000 : 1000);
 
 struct Trial {
   int world = 2;
