@@ -50,6 +50,17 @@ void post(std::atomic<uint32_t>* word, uint32_t value) {
   futex_wake(word, 1);
 }
 
+// What one `pause` costs on this CPU: the waits' polling loops are shaped by it
+// (transport/group_transport.h).
+void BM_Pause(benchmark::State& state) {
+  for (auto _ : state) {
+    for (int i = 0; i < 100; ++i)
+      __builtin_ia32_pause();
+  }
+  state.SetItemsProcessed(state.iterations() * 100);
+}
+BENCHMARK(BM_Pause);
+
 void BM_FutexRoundTrip(benchmark::State& state) {
   const int spins = static_cast<int>(state.range(0));
   ShmSegment segment = ShmSegment::create(segment_name("bench" + random_token(), "futex"), 4096);
