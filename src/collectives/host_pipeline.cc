@@ -356,7 +356,9 @@ std::string Pipeline::describe(const Phase& stage, const Phase& reduce, const Ph
 
 void Pipeline::run(std::chrono::milliseconds timeout) {
   const bool all_reduce = plan_.kind == OpKind::kAllReduce;
-  const bool stages = plan_.input().is_cpu() && sends_data(plan_, me_);
+  // Alone in the group, the rank reads its own tensors in place: nobody needs a staged copy.
+  const bool alone = size_ == 1;
+  const bool stages = plan_.input().is_cpu() && sends_data(plan_, me_) && !alone;
   // With pieces every window holds some destination's piece: a staging rank stages them all.
   const uint64_t staged_windows = g_.pieces ? g_.windows : g_.active_windows(me_, 0);
   Phase stage{&RankSlot::staged, base_, base_ + (stages ? staged_windows : 0)};
@@ -377,11 +379,12 @@ void Pipeline::run(std::chrono::milliseconds timeout) {
   // Map the sources while every owner is certainly alive: none leaves before this rank has
   // consumed everything. This rank's own side follows its tensors, not its (shared) descriptor.
   const bool reads = pull.pending() || reduce.pending();
-  for (int r = 0; r < size_; ++r) {
+  for (int r = 0; r < size_ && !alone; ++r) {
     if (!sends_data(plan_, r) || (r != me_ && !reads) || (r == me_ && !reads && !stages)) continue;
     const uint8_t sides = context_.descriptors[r]->host_sides;
     resolve_source(r, r == me_ ? stages : (sides & transport::kHostInput) != 0);
   }
+  if (alone) sources_[me_] = static_cast<char*>(plan_.input().data_ptr());
   for (Phase* phase : {&stage, &reduce, &pull}) {
     if (!phase->pending()) publish(phase->counter, end_);
   }
