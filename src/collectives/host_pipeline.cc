@@ -6,6 +6,7 @@
 
 #include "collectives/fault_injection.h"
 #include "collectives/host_staging.h"
+#include "collectives/staging_geometry.h"
 #include "core/check.h"
 #include "device/kernels.h"
 
@@ -17,120 +18,11 @@ using transport::OpKind;
 using transport::RankSlot;
 using Counter = std::atomic<uint64_t> RankSlot::*;
 
-// A piece of one window in a source tensor: bytes [offset, offset + bytes).
-struct Span {
-  uint64_t offset;
-  uint64_t bytes;
-};
-
-Span clamp_span(uint64_t begin, uint64_t length, uint64_t start, uint64_t most) {
-  if (start >= length) return {begin + length, 0};
-  return {begin + start, std::min(most, length - start)};
-}
-
-uint64_t ceil_div(uint64_t a, uint64_t b) {
-  return b == 0 ? 0 : (a + b - 1) / b;
-}
-
-// The shape of the pipeline for one collective, from the agreed plan and the ranks' windows
-// only, so every rank computes the same one.
-struct Geometry {
-  bool pieces = false;   // reduce-scatter, all-reduce: one piece per destination rank per window
-  uint64_t window = 0;   // bytes per slot
-  uint64_t windows = 0;  // windows of this collective
-  uint64_t source_bytes[kMaxRanks];  // bytes of each rank's input the collective reads
-  // With pieces: destination i's bytes [begin, begin + length) of every input, `piece` of them
-  // per window, at `slot_offset` in each slot.
-  uint64_t begin[kMaxRanks];
-  uint64_t length[kMaxRanks];
-  uint64_t piece[kMaxRanks];
-  uint64_t slot_offset[kMaxRanks];
-
-  // Piece `i` (0 without pieces) of window `w` (counted from the collective's first) of rank
-  // `source`'s input.
-  Span span(int source, uint64_t w, int i) const {
-    if (pieces) return clamp_span(begin[i], length[i], w * piece[i], piece[i]);
-    return clamp_span(0, source_bytes[source], w * window, window);
-  }
-  // Windows in which piece `i` (or rank `source`'s input without pieces) has data.
-  uint64_t active_windows(int source, int i) const {
-    return pieces ? ceil_div(length[i], piece[i]) : ceil_div(source_bytes[source], window);
-  }
-};
-
-Geometry make_geometry(const ExecContext& context) {
-  const OpPlan& plan = context.plan;
-  const int size = context.size;
-  Geometry g;
-  // The smallest window of any rank: every rank's slots hold at least that much. Read once per
-  // descriptor (shared memory) and clamped, so a corrupt value cannot shrink it below a sane size
-  // (a too small area then fails resolve()'s bounds check).
-  uint64_t window = uint64_t{1} << 30;
-  for (int r = 0; r < size; ++r) {
-    const uint64_t theirs = context.descriptors[r]->staging_window;
-    window = std::min(window, theirs);
-  }
-  g.window = std::max(window, kMinStagingWindow) / 64 * 64;
-  const auto row_bytes = static_cast<uint64_t>(plan.row_bytes());
-  switch (plan.kind) {
-    case OpKind::kAllGather:
-    case OpKind::kAllGatherList:
-      for (int j = 0; j < size; ++j) {
-        g.source_bytes[j] = static_cast<uint64_t>(plan.splits[static_cast<size_t>(j)]) * row_bytes;
-        g.windows = std::max(g.windows, ceil_div(g.source_bytes[j], g.window));
-      }
-      return g;
-    case OpKind::kBroadcast:
-      for (int j = 0; j < size; ++j)
-        g.source_bytes[j] = plan.input().nbytes();
-      g.windows = ceil_div(plan.input().nbytes(), g.window);
-      return g;
-    case OpKind::kReduceScatter:
-    case OpKind::kAllReduce:
-      break;
-    case OpKind::kBarrier:
-    case OpKind::kNone:
-      return g;
-  }
-  g.pieces = true;
-  const uint64_t total = plan.input().nbytes();
-  const uint64_t element = element_size(plan.dtype);
-  const auto numel = static_cast<uint64_t>(plan.input().numel());
-  for (int i = 0; i < size; ++i) {
-    g.source_bytes[i] = total;
-    if (plan.kind == OpKind::kReduceScatter) {
-      g.begin[i] = static_cast<uint64_t>(plan.rows_before(i)) * row_bytes;
-      g.length[i] = static_cast<uint64_t>(plan.splits[static_cast<size_t>(i)]) * row_bytes;
-    } else {  // an even split of the elements
-      g.begin[i] = numel * static_cast<uint64_t>(i) / static_cast<uint64_t>(size) * element;
-      g.length[i] =
-          numel * static_cast<uint64_t>(i + 1) / static_cast<uint64_t>(size) * element - g.begin[i];
-    }
-  }
-  // Pieces in proportion to the destinations' bytes, so that uneven splits still fill the slots
-  // and all destinations finish in about the same number of windows: 64 bytes each (every dtype,
-  // cache-line aligned) plus their share of the rest. window >= 4096 >= 64 * kMaxRanks.
-  const uint64_t spare = g.window - 64 * static_cast<uint64_t>(size);
-  uint64_t offset = 0;
-  for (int i = 0; i < size; ++i) {
-    g.piece[i] = 0;
-    if (g.length[i] > 0) {
-      const auto share = static_cast<uint64_t>(static_cast<unsigned __int128>(spare) * g.length[i] /
-                                               std::max<uint64_t>(total, 1));
-      g.piece[i] = 64 + share / 64 * 64;
-    }
-    g.slot_offset[i] = offset;
-    offset += g.piece[i];
-    g.windows = std::max(g.windows, ceil_div(g.length[i], g.piece[i]));
-  }
-  return g;
-}
-
 // One rank's side of the pipeline: what it stages, reduces and copies out, and the counters
 // that order it against the other ranks.
 class Pipeline {
  public:
-  Pipeline(detail::GroupState& state, const ExecContext& context, const Geometry& geometry,
+  Pipeline(detail::GroupState& state, const ExecContext& context, const StagingGeometry& geometry,
            uint64_t first)
       : state_(state),
         context_(context),
@@ -178,9 +70,16 @@ class Pipeline {
     }
     return true;
   }
-  std::string behind(Counter which, uint64_t value) const {
+  bool peers_reached(Counter which, uint64_t value) const {
+    for (int r = 0; r < size_; ++r) {
+      if (r != me_ && counter(r, which) < value) return false;
+    }
+    return true;
+  }
+  std::string behind(Counter which, uint64_t value, bool peers_only = false) const {
     std::string ranks;
     for (int r = 0; r < size_; ++r) {
+      if (peers_only && r == me_) continue;
       if ((transport_.slot(r).*which).load(std::memory_order_acquire) < value) {
         ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
       }
@@ -221,7 +120,7 @@ class Pipeline {
   const ExecContext& context_;
   const OpPlan& plan_;
   transport::GroupTransport& transport_;
-  const Geometry& g_;
+  const StagingGeometry& g_;
   const int me_;
   const int size_;
   const uint64_t base_;
@@ -229,6 +128,7 @@ class Pipeline {
   char* sources_[kMaxRanks] = {};
   bool staged_[kMaxRanks] = {};
   bool ran_one_ = false;
+  bool overwrites_source_ = false;  // writes its output over its source, which peers read
 };
 
 // Where rank `source_rank`'s data lands in this rank's output (all-gather, broadcast), or this
@@ -308,7 +208,16 @@ void Pipeline::pull(uint64_t window) {
                       span.bytes / element_size(plan_.dtype));
       return;
     }
-    case OpKind::kAllReduce:
+    case OpKind::kAllReduce: {
+      if (!g_.pieces) {  // two ranks: the whole window from both sources, in rank order
+        const Span span = g_.span(me_, w, 0);
+        const void* sources[kMaxRanks];
+        for (int r = 0; r < size_; ++r)
+          sources[r] = source(r, window, 0);
+        kernels::reduce(plan_.reduce_op, plan_.dtype, destination(me_) + span.offset, sources,
+                        size_, span.bytes / element_size(plan_.dtype));
+        return;
+      }
       for (int step = 0; step < size_; ++step) {
         const int i = (me_ + step) % size_;
         const Span span = g_.span(i, w, i);
@@ -318,6 +227,7 @@ void Pipeline::pull(uint64_t window) {
         if (to != from) context_.copy(to, from, span.bytes);  // an NPU tensor holds its own piece
       }
       return;
+    }
     case OpKind::kBarrier:
     case OpKind::kNone:
       return;
@@ -332,10 +242,15 @@ std::string Pipeline::describe(const Phase& stage, const Phase& reduce, const Ph
   };
   const uint64_t windows = end_ - base_;
   if (pull.pending()) {
-    const bool reduces = plan_.kind == OpKind::kAllReduce;
+    const bool reduces = plan_.kind == OpKind::kAllReduce && g_.pieces;
     add(behind(reduces ? &RankSlot::reduced : &RankSlot::staged, pull.next + 1),
         detail::concat(reduces ? " have not reduced their share of" : " have not staged",
                        " window ", pull.next - base_, " of ", windows));
+    if (overwrites_source_) {
+      add(behind(&RankSlot::consumed, pull.next + 1),
+          detail::concat(" have not consumed window ", pull.next - base_, " of ", windows,
+                         " (this rank's NPU tensor, which they read, receives the result)"));
+    }
   }
   if (reduce.pending()) {
     add(behind(&RankSlot::staged, reduce.next + 1),
@@ -355,7 +270,11 @@ std::string Pipeline::describe(const Phase& stage, const Phase& reduce, const Ph
 }
 
 void Pipeline::run(std::chrono::milliseconds timeout) {
-  const bool all_reduce = plan_.kind == OpKind::kAllReduce;
+  // The two-phase all-reduce (more than two ranks) has a reduce phase; with two ranks an NPU
+  // tensor, read in place by the peer, is overwritten only once the peer consumed the window.
+  const bool all_reduce = plan_.kind == OpKind::kAllReduce && g_.pieces;
+  overwrites_source_ =
+      plan_.kind == OpKind::kAllReduce && !g_.pieces && !plan_.input().is_cpu() && size_ > 1;
   // Alone in the group, the rank reads its own tensors in place: nobody needs a staged copy.
   const bool alone = size_ == 1;
   const bool stages = plan_.input().is_cpu() && sends_data(plan_, me_) && !alone;
@@ -390,7 +309,10 @@ void Pipeline::run(std::chrono::milliseconds timeout) {
   }
 
   Counter awaited = all_reduce ? &RankSlot::reduced : &RankSlot::staged;
-  auto pull_ready = [&] { return pull.pending() && all_reached(awaited, pull.next + 1); };
+  auto pull_ready = [&] {
+    return pull.pending() && all_reached(awaited, pull.next + 1) &&
+           (!overwrites_source_ || peers_reached(&RankSlot::consumed, pull.next + 1));
+  };
   auto reduce_ready = [&] {
     return reduce.pending() && all_reached(&RankSlot::staged, reduce.next + 1);
   };
@@ -444,7 +366,7 @@ bool uses_host_pipeline(const ExecContext& context) {
 
 void run_host_pipeline(detail::GroupState& state, ExecContext& context,
                        std::chrono::milliseconds timeout) {
-  const Geometry geometry = make_geometry(context);
+  const StagingGeometry geometry = staging_geometry(context);
   const uint64_t first = state.host_staging().take_windows(geometry.windows);
   if (geometry.windows == 0) return;
   Pipeline pipeline(state, context, geometry, first);
