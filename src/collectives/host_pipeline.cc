@@ -209,7 +209,7 @@ void Pipeline::pull(uint64_t window) {
       return;
     }
     case OpKind::kAllReduce: {
-      if (!g_.pieces) {  // two ranks: the whole window from both sources, in rank order
+      if (!g_.pieces) {  // small: the whole window from every source, in rank order
         const Span span = g_.span(me_, w, 0);
         const void* sources[kMaxRanks];
         for (int r = 0; r < size_; ++r)
@@ -270,8 +270,8 @@ std::string Pipeline::describe(const Phase& stage, const Phase& reduce, const Ph
 }
 
 void Pipeline::run(std::chrono::milliseconds timeout) {
-  // The two-phase all-reduce (more than two ranks) has a reduce phase; with two ranks an NPU
-  // tensor, read in place by the peer, is overwritten only once the peer consumed the window.
+  // The two-phase all-reduce has a reduce phase; in the whole-window form an NPU tensor, read in
+  // place by the peers, is overwritten only once every peer consumed the window.
   const bool all_reduce = plan_.kind == OpKind::kAllReduce && g_.pieces;
   overwrites_source_ =
       plan_.kind == OpKind::kAllReduce && !g_.pieces && !plan_.input().is_cpu() && size_ > 1;

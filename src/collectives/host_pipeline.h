@@ -14,10 +14,10 @@
 //                    every rank's slot into its output.
 //   all-reduce       the same with an even split of the tensor: rank i reduces piece i into its
 //                    own slot (or NPU tensor), advances `reduced`, and every rank copies every
-//                    reduced piece out: a reduce-scatter and an all-gather per window. With two
-//                    ranks each reduces whole windows from both sources instead (as many reads,
-//                    fewer writes, one synchronisation less); an NPU tensor, which the peer reads
-//                    in place, then receives window w once the peer consumed it.
+//                    reduced piece out: a reduce-scatter and an all-gather per window. Small
+//                    all-reduces (staging_geometry.cc) have every rank reduce whole windows from
+//                    every source instead (one synchronisation less); an NPU tensor, which peers
+//                    read in place, then receives window w once every peer consumed it.
 //   broadcast        the root stages, the others copy.
 // Reductions use the work pool's kernels in the same source order, so results are identical.
 // A rank leaves once every rank consumed every window (its NPU input, read in place, stays

@@ -7,6 +7,22 @@ namespace shmccl::collectives {
 
 using transport::OpKind;
 
+// All-reduces reading at most this much per rank reduce whole windows (no reduce phase).
+constexpr uint64_t kWholeReduceBytes = 256 << 10;
+
+namespace {
+
+// Ranks whose input peers read in place (on the NPU), by the agreed descriptors.
+int ranks_in_place(const ExecContext& context) {
+  int count = 0;
+  for (int r = 0; r < context.size; ++r) {
+    if ((context.descriptors[r]->host_sides & transport::kHostInput) == 0) ++count;
+  }
+  return count;
+}
+
+}  // namespace
+
 StagingGeometry staging_geometry(const ExecContext& context) {
   const OpPlan& plan = context.plan;
   const int size = context.size;
@@ -30,9 +46,16 @@ StagingGeometry staging_geometry(const ExecContext& context) {
       }
       return g;
     case OpKind::kAllReduce:
-      // Two ranks: each reduces whole windows from both sources; the two-phase form would read
-      // as much, write more and synchronise once more per window.
-      if (size > 2) break;
+      // Small all-reduces are bound by synchronisation, not bandwidth: each rank reduces whole
+      // windows from every source, which saves the reduce phase's synchronisation. Larger ones
+      // split the reduction between the ranks (measured: at 2 ranks the whole-window form is
+      // faster at 64 KiB, slower from 256 KiB).
+      // An NPU tensor is reduced in place, so it may receive a window only once every peer read
+      // it: two such ranks would wait for each other, so at most one may read in place.
+      if (plan.input().nbytes() * static_cast<uint64_t>(size) > kWholeReduceBytes ||
+          ranks_in_place(context) > 1) {
+        break;
+      }
       [[fallthrough]];
     case OpKind::kBroadcast:
       for (int j = 0; j < size; ++j)
