@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "collectives/fault_injection.h"
+#include "collectives/group_state.h"
 #include "collectives/reference.h"
 #include "core/config.h"
 #include "multiprocess.h"
@@ -288,11 +289,14 @@ INSTANTIATE_TEST_SUITE_P(Ranks, HostStagingTest, ::testing::Values(2, 3, 4, 8),
                          [](const auto& info) { return "world" + std::to_string(info.param); });
 
 // The default window (hundreds of KiB) with tensors of a few MiB: several windows, all slots.
+// Host tensors take no device memory of the caller's (the staging area is the group's own arena
+// segment, not an allocation; it used to be a full-size device copy of each tensor).
 TEST(HostStagingDefaultWindowTest, MegabyteTensorsAtTwoAndFourRanks) {
   for (int world : {2, 4}) {
     auto results = testing::run_ranks(world, [](const testing::RankContext& ctx) {
       npu::set_device(ctx.rank % npu::device_count());
       ctx.init();
+      const uint64_t peak = npu::max_memory_allocated();
       const int64_t numel = (3 << 20) / 4 + 5;  // 3 MiB of float32 and a bit
       Tensor tensor = full({numel}, ctx.rank + 1, kFloat32);
       all_reduce(tensor);
@@ -302,9 +306,50 @@ TEST(HostStagingDefaultWindowTest, MegabyteTensorsAtTwoAndFourRanks) {
       all_gather_into_tensor(gathered, full({numel}, ctx.rank, kFloat32));
       for (int r = 0; r < ctx.world; ++r)
         require_close(gathered.narrow(0, r * numel, numel), full({numel}, r, kFloat32), "gather");
+      require(npu::max_memory_allocated() == peak,
+              str("host collectives allocated device memory: peak ", npu::max_memory_allocated(),
+                  " bytes, ", peak, " before"));
     });
     EXPECT_TRUE(testing::all_ranks_succeeded(results)) << world << " ranks";
   }
+}
+
+// A peer's window counter beyond the collective's windows (a corrupt or hostile control block)
+// is reported as such, not trusted: rank 1 stalls after its first window while a thread of its
+// claims it staged every window there will ever be.
+TEST(HostStagingFailureTest, CounterBeyondTheCollectiveIsAnError) {
+  if (!collectives::fault::compiled_in()) GTEST_SKIP() << "fault injection not compiled in";
+  testing::RunOptions options;
+  options.reap_when_others_end = {1};
+  auto results = testing::run_ranks(
+      2,
+      [](const testing::RankContext& ctx) {
+        setenv("SHMCCL_FAULT", "mid_copy:1:stall", 1);
+        start(ctx);
+        default_group()->set_timeout(std::chrono::milliseconds(5000));
+        std::thread corrupter;
+        if (ctx.rank == 1) {
+          transport::RankSlot& slot = default_group()->state().transport().slot(1);
+          corrupter = std::thread([&slot] {
+            while (true)
+              slot.staged.store(~uint64_t{0}, std::memory_order_relaxed);
+          });
+          corrupter.detach();  // runs until the harness reaps the stalled rank
+        }
+        Tensor input = full({40000}, ctx.rank, kFloat32);
+        Tensor output = zeros({80000}, kFloat32);
+        std::string text = "no error";
+        try {
+          all_gather_into_tensor(output, input);
+        } catch (const RemoteError& error) {
+          text = error.what();
+        }
+        require(text.find("rank 1 published host-staging window 18446744073709551615 beyond this "
+                          "collective's last window") != std::string::npos,
+                text);
+      },
+      options);
+  EXPECT_EQ(results[0].exit_code, 0) << results[0].message;
 }
 
 // A rank killed after its first window: the others are waiting for its next one and fail fast,
