@@ -5,7 +5,7 @@
 // may be buggy, dead or hostile, so readers bounds-check every size and offset they take from it.
 //
 //   ControlHeader                       4 KiB   identity, work-pool counters, wake word, abort
-//   RankSlot[world_size]               36 KiB each, cache-line aligned:
+//   RankSlot[world_size]               40448 bytes each, cache-line aligned:
 //     arrivals[2]          2 lines   sequence, fingerprint, tiny payload (by sequence parity)
 //     pid ... consumed     1 line    owner's pid, attach state, pool and host-staging progress
 //     descriptors[2]                 the calls, by parity
@@ -22,7 +22,7 @@
 //      in `done`; both counters only grow, so no reset races between collectives;
 //   4. a rank returns once `done >= pool_end`.
 // A collective with host tensors replaces 3-4 by the host-staging pipeline
-// (collectives/host_staging.h): windows numbered like pool chunks (monotonic across
+// (collectives/host_pipeline.h): windows numbered like pool chunks (monotonic across
 // collectives), with per-rank `staged`, `reduced` and `consumed` window counters in the slots.
 // Double-buffering by s % 2 suffices: a rank writes descriptors[s % 2] again only at s + 2, which
 // it reaches after every rank arrived at s + 1, hence after every rank finished s.
@@ -119,6 +119,8 @@ struct alignas(kCacheLine) RankSlot {
 };
 static_assert(sizeof(RankSlot) % kCacheLine == 0);
 static_assert(offsetof(RankSlot, descriptors) == 3 * kCacheLine);
+static_assert(sizeof(RankSlot) == 40448);  // a layout change is a kControlVersion change
+static_assert(offsetof(OpDescriptor, staging_window) % 8 == 0 && sizeof(OpDescriptor) == 3736);
 
 // RankSlot::attached: 0 until the rank maps the segment, then kAttached; kDetached once it has
 // destroyed its side of the group (its exit afterwards is not a failure worth a flight dump).
