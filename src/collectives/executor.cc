@@ -2,20 +2,20 @@
 #include "collectives/executor.h"
 
 #include <cstring>
-#include <optional>
 #include <sstream>
 
 #include "collectives/algorithms.h"
 #include "collectives/call_cache.h"
 #include "collectives/fault_injection.h"
 #include "collectives/flight_recorder.h"
+#include "collectives/host_pipeline.h"
+#include "collectives/host_staging.h"
 #include "core/check.h"
 #include "core/config.h"
 #include "core/logging.h"
 #include "core/memory_order.h"
 #include "device/device_context.h"
 #include "device/kernels.h"
-#include "shmccl/npu.hpp"
 
 namespace shmccl::collectives {
 namespace {
@@ -72,59 +72,14 @@ uint64_t inline_limit() {
 namespace {
 
 BufferRef buffer_ref(const Tensor& tensor) {
-  BufferRef ref;
-  if (!tensor.defined() || tensor.nbytes() == 0) return ref;
+  BufferRef ref;  // host tensors have none: host_staging.h describes them
+  if (!tensor.defined() || tensor.nbytes() == 0 || !tensor.is_npu()) return ref;
   const int device_index = tensor.device().index;
   device::Arena& arena = device::arena(device_index);
   ref.arena = arena.handle();
   ref.offset = static_cast<uint64_t>(static_cast<char*>(tensor.data_ptr()) - arena.base());
   ref.bytes = tensor.nbytes();
   return ref;
-}
-
-// The tensors the work pool reads and writes: the user's NPU tensors, or device copies of host
-// tensors (peers cannot address a process's heap).
-struct PoolBuffers {
-  Tensor input;
-  Tensor output;
-  std::vector<Tensor> outputs;
-  bool copy_out = false;
-};
-
-Tensor device_copy_of(const Tensor& tensor, bool copy_values) {
-  if (!tensor.defined() || tensor.is_npu()) return tensor;
-  Tensor staging = empty(tensor.sizes(), tensor.dtype(), Device::npu(npu::current_device()));
-  if (copy_values && tensor.nbytes() > 0) {
-    kernels::copy(staging.data_ptr(), tensor.data_ptr(), tensor.nbytes());
-  }
-  return staging;
-}
-
-PoolBuffers pool_buffers(const OpPlan& plan) {
-  PoolBuffers buffers;
-  const bool in_place = plan.input().defined() && plan.output().defined() &&
-                        plan.input().data_ptr() == plan.output().data_ptr() &&
-                        plan.input().nbytes() == plan.output().nbytes();
-  buffers.input = device_copy_of(plan.input(), true);
-  buffers.output = in_place ? buffers.input : device_copy_of(plan.output(), false);
-  buffers.copy_out = plan.output().defined() && plan.output().is_cpu();
-  for (const Tensor& output : plan.outputs()) {
-    buffers.outputs.push_back(device_copy_of(output, false));
-    buffers.copy_out = buffers.copy_out || output.is_cpu();
-  }
-  return buffers;
-}
-
-void copy_out(const OpPlan& plan, const PoolBuffers& buffers) {
-  if (plan.output().defined() && plan.output().is_cpu() && plan.output().nbytes() > 0) {
-    kernels::copy(plan.output().data_ptr(), buffers.output.data_ptr(), plan.output().nbytes());
-  }
-  for (size_t j = 0; j < plan.outputs().size(); ++j) {
-    if (plan.outputs()[j].is_cpu() && plan.outputs()[j].nbytes() > 0) {
-      kernels::copy(plan.outputs()[j].data_ptr(), buffers.outputs[j].data_ptr(),
-                    plan.outputs()[j].nbytes());
-    }
-  }
 }
 
 void fill_descriptor(const OpPlan& plan, OpDescriptor& descriptor) {
@@ -404,18 +359,16 @@ bool run(detail::GroupState& state, const OpPlan& plan) {
   }
   const Needs needs = inline_payload ? inline_needs(plan, rank) : Needs::kEveryone;
 
-  std::optional<PoolBuffers> pool;
   if (inline_payload) {
     algorithm.stage_inline(plan, rank,
                            in_arrival_line ? arrival.payload : mine.inline_data[parity]);
   } else {
-    pool.emplace(pool_buffers(plan));
-    const PoolBuffers& buffers = *pool;
-    descriptor.input = buffer_ref(buffers.input);
-    descriptor.output = buffer_ref(buffers.output);
-    for (size_t j = 0; j < buffers.outputs.size(); ++j) {
-      descriptor.outputs[j] = buffer_ref(buffers.outputs[j]);
+    descriptor.input = buffer_ref(plan.input());
+    descriptor.output = buffer_ref(plan.output());
+    for (size_t j = 0; j < plan.outputs().size(); ++j) {
+      descriptor.outputs[j] = buffer_ref(plan.outputs()[j]);
     }
+    describe_host_sides(state, plan, descriptor);
   }
   arrival.fingerprint = fingerprint;
   fault::point(fault::Point::kBeforeArrival, me, sequence, plan.kind == OpKind::kBarrier);
@@ -494,8 +447,11 @@ bool run(detail::GroupState& state, const OpPlan& plan) {
   } else {
     // Work-pool collectives are long enough to afford precise times.
     if (state.trace() != nullptr && !plan.async_op) state.trace()->started(sequence);
-    run_pool(state, context, algorithm, timeout);
-    if (pool->copy_out) copy_out(plan, *pool);
+    if (uses_host_pipeline(context)) {
+      run_host_pipeline(state, context, timeout);
+    } else {
+      run_pool(state, context, algorithm, timeout);
+    }
   }
   fault::point(fault::Point::kAfterCopy, me, sequence);
   return !inline_payload;

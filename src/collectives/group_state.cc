@@ -1,6 +1,7 @@
 // Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
 #include "collectives/group_state.h"
 
+#include "collectives/host_staging.h"
 #include "core/check.h"
 #include "device/device_context.h"
 #include "shmccl/npu.hpp"
@@ -41,6 +42,11 @@ GroupState::GroupState(std::unique_ptr<transport::GroupTransport> transport,
 GroupState::~GroupState() {
   transport_.reset();  // no peer-death callback from here on
   collectives::FlightRecorder::instance().retire(trace_);
+}
+
+collectives::HostStaging& GroupState::host_staging() {
+  if (!host_staging_) host_staging_ = std::make_unique<collectives::HostStaging>();
+  return *host_staging_;
 }
 
 npu::detail::StreamImpl& GroupState::comm_stream() {

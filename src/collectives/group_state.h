@@ -20,6 +20,10 @@
 #include "shmccl/work.hpp"
 #include "transport/group_transport.h"
 
+namespace shmccl::collectives {
+class HostStaging;
+}
+
 namespace shmccl::detail {
 
 class GroupState {
@@ -49,6 +53,10 @@ class GroupState {
     pool_base_ += chunks;
     return base;
   }
+
+  // How this group stages host tensors (collectives/host_staging.h), created on first use. Used by
+  // the executing thread only.
+  collectives::HostStaging& host_staging();
 
   // The stream that runs this group's collectives, created on first use.
   npu::detail::StreamImpl& comm_stream();
@@ -93,6 +101,7 @@ class GroupState {
   std::atomic<int64_t> timeout_ms_;
   std::atomic<uint64_t> next_sequence_{0};
   uint64_t pool_base_ = 0;
+  std::unique_ptr<collectives::HostStaging> host_staging_;
   std::once_flag comm_stream_once_;
   std::shared_ptr<npu::detail::StreamImpl> comm_stream_;
   // comm_stream_.get() once it exists: the check of every synchronous collective, without

@@ -36,6 +36,9 @@ constexpr std::array kSettings = {
     Setting{"SHMCCL_INLINE_BYTES", Kind::kBytes, "16K",
             "largest per-rank payload sent through the control block's slots instead of the "
             "zero-copy work pool (at most 16K)"},
+    Setting{"SHMCCL_HOST_WINDOW_BYTES", Kind::kBytes, "512K",
+            "host tensors of collectives that do not travel inline are staged through 4 slots "
+            "of this many bytes per rank and group, in pipelined windows (at least 4K)"},
     Setting{"SHMCCL_STREAMING_BYTES", Kind::kBytes, "32M",
             "collectives writing at least this many bytes (all ranks together) copy with "
             "non-temporal stores, which skip the cache the data would only flush"},

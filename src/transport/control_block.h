@@ -5,7 +5,11 @@
 // may be buggy, dead or hostile, so readers bounds-check every size and offset they take from it.
 //
 //   ControlHeader                       4 KiB   identity, work-pool counters, wake word, abort
-//   RankSlot[world_size]               36 KiB each, cache-line aligned
+//   RankSlot[world_size]               40448 bytes each, cache-line aligned:
+//     arrivals[2]          2 lines   sequence, fingerprint, tiny payload (by sequence parity)
+//     pid ... consumed     1 line    owner's pid, attach state, pool and host-staging progress
+//     descriptors[2]                 the calls, by parity
+//     inline_data[2]       2 x 16 KiB
 //
 // Protocol of collective number `s` (1, 2, ...) on the group:
 //   1. each rank writes its OpDescriptor into descriptors[s % 2] of its own slot, its payload (if
@@ -17,6 +21,9 @@
 //   3. the ranks claim chunks of work [pool_base, pool_end) from `claim` and count finished ones
 //      in `done`; both counters only grow, so no reset races between collectives;
 //   4. a rank returns once `done >= pool_end`.
+// A collective with host tensors replaces 3-4 by the host-staging pipeline
+// (collectives/host_pipeline.h): windows numbered like pool chunks (monotonic across
+// collectives), with per-rank `staged`, `reduced` and `consumed` window counters in the slots.
 // Double-buffering by s % 2 suffices: a rank writes descriptors[s % 2] again only at s + 2, which
 // it reaches after every rank arrived at s + 1, hence after every rank finished s.
 #pragma once
@@ -33,7 +40,7 @@ inline constexpr int kMaxRanks = 64;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr size_t kInlineBytes = 16 * 1024;  // small-collective payload per slot and parity
 inline constexpr uint64_t kControlMagic = 0x73686d63636c4342ull;  // "shmcclCB"
-inline constexpr uint32_t kControlVersion = 3;
+inline constexpr uint32_t kControlVersion = 4;
 
 // A buffer one rank exposes for one collective: where it lives in its owner's device arena.
 // arena.pid == 0 means "no buffer".
@@ -67,12 +74,18 @@ struct OpDescriptor {
   int64_t output_numel;
   int64_t row_elements;  // elements per dim-0 row
   int32_t num_splits;
-  int32_t reserved;
-  int64_t splits[kMaxRanks];  // rows per rank
-  BufferRef input;
-  BufferRef output;
+  uint8_t host_sides;  // kHostInput | kHostOutput: this rank's tensors on the host
+  uint8_t reserved[3];
+  uint64_t staging_window;       // this rank's host-staging window in bytes (host_staging.h)
+  int64_t splits[kMaxRanks];     // rows per rank
+  BufferRef input;               // an NPU input, or the rank's staging area when kHostInput
+  BufferRef output;              // an NPU output (none when kHostOutput)
   BufferRef outputs[kMaxRanks];  // kAllGatherList: one output tensor per source rank
 };
+
+// OpDescriptor::host_sides.
+inline constexpr uint8_t kHostInput = 1;
+inline constexpr uint8_t kHostOutput = 2;
 
 inline constexpr size_t kArrivalPayloadBytes = 48;
 
@@ -93,12 +106,21 @@ struct alignas(kCacheLine) RankSlot {
   // The last collective whose work pool this rank left with no chunk of its own unfinished: a
   // timeout in the pool names the ranks behind (diagnostics only; never trusted for progress).
   std::atomic<uint64_t> pool_finished;
-  char padding0[kCacheLine - 16];
+  // Host-staging pipeline progress, in windows (monotonic across collectives, like the pool's
+  // chunk numbers): this rank's sources of windows below `staged` are readable; its reduced
+  // shares of windows below `reduced` are final (all-reduce); it reads nothing of windows below
+  // `consumed` any more. Readers check them against the collective's window range.
+  std::atomic<uint64_t> staged;
+  std::atomic<uint64_t> reduced;
+  std::atomic<uint64_t> consumed;
+  char padding0[kCacheLine - 40];
   OpDescriptor descriptors[2];
   alignas(kCacheLine) unsigned char inline_data[2][kInlineBytes];
 };
 static_assert(sizeof(RankSlot) % kCacheLine == 0);
 static_assert(offsetof(RankSlot, descriptors) == 3 * kCacheLine);
+static_assert(sizeof(RankSlot) == 40448);  // a layout change is a kControlVersion change
+static_assert(offsetof(OpDescriptor, staging_window) % 8 == 0 && sizeof(OpDescriptor) == 3736);
 
 // RankSlot::attached: 0 until the rank maps the segment, then kAttached; kDetached once it has
 // destroyed its side of the group (its exit afterwards is not a failure worth a flight dump).
