@@ -15,24 +15,13 @@
 namespace shmccl {
 namespace {
 
+using testing::kAllOps;
+using testing::kAllTypes;
 using testing::make_input;
+using testing::random_splits;
 using testing::require;
 using testing::require_close;
 using testing::str;
-
-constexpr ScalarType kAllTypes[] = {kBool,  kInt8,    kUInt8,    kInt16,   kInt32,
-                                    kInt64, kFloat16, kBFloat16, kFloat32, kFloat64};
-constexpr ReduceOp kAllOps[] = {ReduceOp::SUM, ReduceOp::PRODUCT, ReduceOp::MIN, ReduceOp::MAX,
-                                ReduceOp::AVG};
-
-std::vector<int64_t> random_splits(int world, uint64_t seed, int64_t max_rows) {
-  std::mt19937_64 generator(seed);
-  std::vector<int64_t> splits(static_cast<size_t>(world));
-  for (int64_t& rows : splits) {
-    rows = generator() % 4 == 0 ? 0 : static_cast<int64_t>(generator() % (max_rows + 1));
-  }
-  return splits;
-}
 
 int64_t sum(const std::vector<int64_t>& values) {
   int64_t total = 0;

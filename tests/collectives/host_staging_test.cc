@@ -23,15 +23,13 @@
 namespace shmccl {
 namespace {
 
+using testing::kAllOps;
+using testing::kAllTypes;
 using testing::make_input;
+using testing::random_splits;
 using testing::require;
 using testing::require_close;
 using testing::str;
-
-constexpr ScalarType kAllTypes[] = {kBool,  kInt8,    kUInt8,    kInt16,   kInt32,
-                                    kInt64, kFloat16, kBFloat16, kFloat32, kFloat64};
-constexpr ReduceOp kAllOps[] = {ReduceOp::SUM, ReduceOp::PRODUCT, ReduceOp::MIN, ReduceOp::MAX,
-                                ReduceOp::AVG};
 
 // 4 KiB windows (the smallest): a few KiB are many windows and reuse every slot; a small inline
 // limit sends all but the tiniest collectives through the pipeline.
@@ -81,15 +79,6 @@ Device output_place(Placement placement, int rank) {
       return rank % 2 == 0 ? npu_device() : Device::cpu();
   }
   return Device::cpu();
-}
-
-std::vector<int64_t> random_splits(int world, uint64_t seed, int64_t max_rows) {
-  std::mt19937_64 generator(seed);
-  std::vector<int64_t> splits(static_cast<size_t>(world));
-  for (int64_t& rows : splits) {
-    rows = generator() % 4 == 0 ? 0 : static_cast<int64_t>(generator() % (max_rows + 1));
-  }
-  return splits;
 }
 
 int64_t sum(const std::vector<int64_t>& values, size_t count) {

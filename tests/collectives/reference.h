@@ -4,12 +4,28 @@
 #pragma once
 
 #include <cmath>
+#include <random>
 #include <vector>
 
 #include "multiprocess.h"
 #include "shmccl/shmccl.hpp"
 
 namespace shmccl::testing {
+
+inline constexpr ScalarType kAllTypes[] = {kBool,  kInt8,    kUInt8,    kInt16,   kInt32,
+                                           kInt64, kFloat16, kBFloat16, kFloat32, kFloat64};
+inline constexpr ReduceOp kAllOps[] = {ReduceOp::SUM, ReduceOp::PRODUCT, ReduceOp::MIN,
+                                       ReduceOp::MAX, ReduceOp::AVG};
+
+// Rows per rank: a quarter of them 0, the others up to `max_rows`, reproducible from `seed`.
+inline std::vector<int64_t> random_splits(int world, uint64_t seed, int64_t max_rows) {
+  std::mt19937_64 generator(seed);
+  std::vector<int64_t> splits(static_cast<size_t>(world));
+  for (int64_t& rows : splits) {
+    rows = generator() % 4 == 0 ? 0 : static_cast<int64_t>(generator() % (max_rows + 1));
+  }
+  return splits;
+}
 
 // Small values whose sums and products over 8 ranks are exact in every dtype.
 inline double input_value(ReduceOp op, ScalarType dtype, int rank, int64_t index, int salt) {
