@@ -3,7 +3,7 @@
 // What the flight recorder adds to every collective, in isolation: the entry written when a
 // small synchronous collective is scheduled and the state change when it finishes (a coarse clock
 // read and one or two cache lines of stores), with 0, 2 and 8 split sizes. Compare with the time of
-// a small collective (bench/trace_overhead.sh measures both end to end).
+// a small collective (bench/diagnostics_overhead.sh measures the cost against the collectives).
 #include <benchmark/benchmark.h>
 
 #include "collectives/flight_recorder.h"

@@ -212,12 +212,10 @@ void run_pool(detail::GroupState& state, ExecContext& context, const Algorithm& 
   transport.wait_until(
       [&] { return header.done.load(std::memory_order_acquire) >= end; }, timeout,
       [&] {
-        std::string behind;
-        for (int r = 0; r < context.size; ++r) {
-          if (transport.slot(r).pool_finished.load(std::memory_order_relaxed) < sequence) {
-            behind += (behind.empty() ? "" : ", ") + std::to_string(r);
-          }
-        }
+        const std::string behind =
+            transport::ranks_below(transport, sequence, [](const transport::RankSlot& slot) {
+              return slot.pool_finished.load(std::memory_order_relaxed);
+            });
         return detail::concat("in ", context.plan.name, " (sequence ", sequence, ", timeout ",
                               state.timeout().count(), " ms): waiting for ",
                               end - header.done.load(std::memory_order_acquire),

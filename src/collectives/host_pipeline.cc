@@ -77,14 +77,12 @@ class Pipeline {
     return true;
   }
   std::string behind(Counter which, uint64_t value, bool peers_only = false) const {
-    std::string ranks;
-    for (int r = 0; r < size_; ++r) {
-      if (peers_only && r == me_) continue;
-      if ((transport_.slot(r).*which).load(std::memory_order_acquire) < value) {
-        ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-      }
-    }
-    return ranks;
+    return transport::ranks_below(
+        transport_, value,
+        [which](const transport::RankSlot& slot) {
+          return (slot.*which).load(std::memory_order_acquire);
+        },
+        peers_only ? me_ : -1);
   }
   // Seq_cst, like every store a sleeper may wait for (notify's Dekker pairing); release: the
   // window's data happen-before a peer that sees the count.

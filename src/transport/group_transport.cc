@@ -312,13 +312,8 @@ char* GroupTransport::resolve(const BufferRef& shared_ref, uint64_t bytes) const
 }
 
 std::string late_ranks(const GroupTransport& transport, uint64_t sequence) {
-  std::string late;
-  for (int r = 0; r < transport.size(); ++r) {
-    if (arrived_sequence(transport.slot(r)) < sequence) {
-      late += (late.empty() ? "" : ", ") + std::to_string(r);
-    }
-  }
-  return late;
+  return ranks_below(transport, sequence,
+                     [](const RankSlot& slot) { return arrived_sequence(slot); });
 }
 
 }  // namespace shmccl::transport

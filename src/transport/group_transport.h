@@ -182,6 +182,20 @@ void GroupTransport::wait_until(Ready&& ready, std::chrono::milliseconds timeout
               &describe);
 }
 
+// The ranks whose slot value `read(slot)` is below `value`, as "1, 3", leaving out rank `skip`
+// (for error messages: the ranks a wait is waiting for).
+template <typename Read>
+std::string ranks_below(const GroupTransport& transport, uint64_t value, Read&& read,
+                        int skip = -1) {
+  std::string ranks;
+  for (int r = 0; r < transport.size(); ++r) {
+    if (r != skip && read(transport.slot(r)) < value) {
+      ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    }
+  }
+  return ranks;
+}
+
 // The ranks whose slot has not arrived at `sequence`, as "1, 3" (for error messages).
 std::string late_ranks(const GroupTransport& transport, uint64_t sequence);
 
