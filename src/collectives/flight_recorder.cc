@@ -238,8 +238,7 @@ TraceRing::~TraceRing() {
 
 void TraceRing::start_run(uint64_t head, uint64_t call_id) noexcept {
   run_head_.store(0, std::memory_order_relaxed);
-  detail::fence(std::memory_order_release);  // a dump sees the 0 before the new last
-  run_last_.store(head, detail::kSeqlockStore);
+  detail::fence(std::memory_order_release);  // a dump sees the 0 before the new sample
   run_sampled_.store(0, detail::kSeqlockStore);
   run_call_.store(call_id, std::memory_order_relaxed);
   run_head_.store(head, std::memory_order_release);
@@ -255,8 +254,9 @@ void TraceRing::end_run(uint64_t next_sequence) noexcept {
   const uint64_t head = run_head_.load(std::memory_order_relaxed);
   run_call_.store(0, std::memory_order_relaxed);
   if (head == 0) return;
-  // A collective counted into the run that now gets an entry of its own (it failed) ends it.
-  const uint64_t last = std::min(run_last_.load(std::memory_order_relaxed), next_sequence - 1);
+  // The run's collectives have completed, except one that now gets an entry of its own.
+  const uint64_t last =
+      std::min(next_sequence - 1, completed_through_.load(std::memory_order_relaxed));
   if (last > head) {
     TraceRun& run = run_record(head);
     const uint64_t sampled = run_sampled_.load(std::memory_order_relaxed);
@@ -357,7 +357,7 @@ std::vector<TraceRecord> TraceRing::snapshot() const {
 void TraceRing::expand_runs(std::vector<TraceRecord>& records, uint64_t completed) const {
   // The open run, read as start_run() writes it: the same head before and after.
   const uint64_t open_head = run_head_.load(std::memory_order_acquire);
-  const uint64_t open_last = run_last_.load(std::memory_order_acquire);
+  const uint64_t open_last = completed_through_.load(std::memory_order_acquire);
   const uint64_t open_sampled = run_sampled_.load(std::memory_order_acquire);
   const uint64_t open_sampled_at = run_sampled_at_.load(detail::kSeqlockLoad);
   detail::fence(std::memory_order_acquire);
@@ -379,8 +379,10 @@ void TraceRing::expand_runs(std::vector<TraceRecord>& records, uint64_t complete
       detail::fence(std::memory_order_acquire);
       if (load(run.head) != head) last = 0;
     }
+    uint64_t done = completed;
     if (open_valid && head == open_head && open_last > last) {
-      last = open_last;
+      last = open_last;  // completed, all of them
+      done = std::max(done, open_last);
       sampled = open_sampled;
       sampled_at = open_sampled_at;
     }
@@ -396,7 +398,7 @@ void TraceRing::expand_runs(std::vector<TraceRecord>& records, uint64_t complete
       copy.scheduled_precise = false;
       copy.started_at = 0;
       copy.finished_at = 0;
-      copy.state = sequence <= completed ? TraceState::kCompleted : TraceState::kStarted;
+      copy.state = sequence <= done ? TraceState::kCompleted : TraceState::kStarted;
       records.push_back(std::move(copy));
     }
   }

@@ -77,7 +77,10 @@ class GroupState {
   collectives::TraceRing* trace() const { return active_trace_; }
   // Suspends or resumes recording, to measure the recorder's cost in one process
   // (bench/collectives_bench.cc). Only between collectives; not thread-safe.
-  void set_trace_active(bool active) { active_trace_ = active ? trace_.get() : nullptr; }
+  void set_trace_active(bool active) {
+    if (!active && active_trace_ != nullptr) active_trace_->suspend();
+    active_trace_ = active ? trace_.get() : nullptr;
+  }
   // The collective this group is executing (set by the executor; read by the sleep listener on
   // the same thread).
   void set_executing(uint64_t sequence) { executing_sequence_ = sequence; }

@@ -203,6 +203,27 @@ TEST(TraceRingTest, RepeatedSmallCollectivesAreRecordedAsRuns) {
   EXPECT_EQ(by_sequence[24]->state, TraceState::kFailed);
 }
 
+// A sequence number that was never executed (its call failed before it could start) is not
+// claimed by the run around it: the repeat after it starts an entry of its own.
+TEST(TraceRingTest, ASkippedSequenceEndsTheRun) {
+  TraceRing ring("g", 0, 2, 16);
+  Tensor input = zeros({2}, kInt32);
+  for (uint64_t sequence = 1; sequence <= 5; ++sequence) {
+    ring.scheduled_inline(*gather_plan(sequence, input), /*call_id=*/1);
+    ring.finished(sequence, true, false);
+  }
+  EXPECT_FALSE(ring.has(5));                                     // a member of collective 1's run
+  ring.scheduled_inline(*gather_plan(7, input), /*call_id=*/1);  // 6 never ran
+  EXPECT_TRUE(ring.has(7));
+  ring.finished(7, true, false);
+  std::vector<uint64_t> sequences;
+  for (const TraceRecord& r : sorted_snapshot(ring)) {
+    sequences.push_back(r.sequence);
+    EXPECT_EQ(r.state, TraceState::kCompleted) << r.sequence;
+  }
+  EXPECT_EQ(sequences, (std::vector<uint64_t>{1, 2, 3, 4, 5, 7}));
+}
+
 // Dumps while runs start and end see each collective with its own call's fields.
 TEST(TraceRingTest, ConcurrentDumpsSeeConsistentRuns) {
   TraceRing ring("g", 0, 1, 16);
