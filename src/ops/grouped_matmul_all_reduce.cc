@@ -1,10 +1,14 @@
 // Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
 //
-// The fused grouped matmul + all-reduce. Every group's partial product goes into one float32
-// buffer in device memory (peers read it in place: the all-reduce is zero-copy); the buffer is
-// cut into rounds (comm_turn), and each round's all-reduce runs on the group's communication
-// stream while the GEMMs of the next round run here. The epilogue (sum + bias, one rounding to
-// x's dtype) of a round runs as soon as its all-reduce is done, while its rows are still warm.
+// The fused grouped matmul + all-reduce. Each rank computes every group's partial product
+// (float32 accumulation), adds the bias if it is the group's rank 0 (so the bias counts once),
+// and rounds it once to x's dtype, into y itself. Every group's y lives in one storage (y_flat),
+// so one all-reduce in that dtype (float32 accumulation across ranks, one more rounding) finishes
+// them all, zero-copy through the peers' device memory. These are the reference's numerics (its
+// HCCL all-reduce sums the x-dtype outputs) and npu_grouped_matmul + all_reduce's, with half the
+// bytes of a float32 all-reduce (a small call stays inline: one cache-line exchange, not the work
+// pool). The rows are cut into rounds (comm_turn); each round's all-reduce runs on the group's
+// communication stream while the GEMMs of the next round run here.
 #include <algorithm>
 #include <deque>
 #include <memory>
@@ -46,13 +50,13 @@ constexpr int64_t kMinRoundElements = 64 * 1024;
 constexpr int kMaxAutoRounds = 8;
 
 int auto_rounds(const GroupedMatmulPlan& plan) {
-  const int64_t rounds = plan.partial_elements / (4 * kMinRoundElements);
+  const int64_t rounds = plan.output_elements / (4 * kMinRoundElements);
   return static_cast<int>(std::clamp<int64_t>(rounds, 1, kMaxAutoRounds));
 }
 
 // Cuts the groups' rows into `count` rounds of about equal elements, at row boundaries.
 std::vector<Round> make_rounds(const GroupedMatmulPlan& plan, int64_t count) {
-  const int64_t total = plan.partial_elements;
+  const int64_t total = plan.output_elements;
   count = std::max<int64_t>(1, std::min<int64_t>(count, std::max<int64_t>(total, 1)));
   const int64_t target = (total + count - 1) / count;
   std::vector<Round> rounds(1);
@@ -85,10 +89,10 @@ class GroupedMatmulRunner {
       : plan_(plan), group_(group), engine_(ops::MatmulEngine::instance()) {}
 
   void run(int64_t comm_turn) {
-    if (plan_.partial_elements == 0) return;
-    partial_ = empty({plan_.partial_elements}, kFloat32, Device::npu(plan_.device));
-    prepare_biases();
+    if (plan_.output_elements == 0) return;
     const bool communicate = group_ != nullptr && group_->size() > 1;
+    add_bias_ = !communicate || group_->rank() == 0;  // the bias counts once in the sum
+    prepare_biases();
     // Communication is CPU work here: it overlaps the GEMMs only on a CPU of its own. Without
     // one (a rank per core or more), rounds would just take turns with the GEMMs on the same
     // core, so the operator sends everything in one all-reduce after the GEMMs.
@@ -98,39 +102,35 @@ class GroupedMatmulRunner {
     threads_ = ops::gemm_threads(communicate && count > 1 && cpus >= 2 ? cpus - 1 : cpus);
     const std::vector<Round> rounds = make_rounds(plan_, count);
     // The all-reduce of round r runs on the communication stream while round r+1's GEMMs run
-    // here; each round's epilogue runs once its sums are in.
-    std::deque<std::pair<const Round*, std::shared_ptr<Work>>> in_flight;
+    // here.
+    std::deque<std::shared_ptr<Work>> in_flight;
     for (const Round& round : rounds) {
       for (const Unit& unit : round.units)
         gemm(unit);
-      if (!communicate) {
-        epilogue(round);
-        continue;
-      }
-      Tensor slice = partial_.narrow(0, round.begin, round.end - round.begin);
+      if (!communicate) continue;
+      Tensor slice = plan_.y_flat.narrow(0, round.begin, round.end - round.begin);
       if (rounds.size() == 1) {
         group_->all_reduce(slice);  // nothing to overlap: no hand-off to the stream's thread
-        epilogue(round);
         continue;
       }
-      in_flight.emplace_back(&round, collectives::all_reduce_unordered(*group_, slice));
-      // Keep one round in flight: finish the previous one while this one communicates.
+      in_flight.push_back(collectives::all_reduce_unordered(*group_, slice));
+      // Keep one round in flight: wait for the previous one while this one communicates.
       while (in_flight.size() > 1)
-        finish_oldest(in_flight);
+        wait_oldest(in_flight);
     }
     while (!in_flight.empty())
-      finish_oldest(in_flight);
+      wait_oldest(in_flight);
   }
 
  private:
-  void finish_oldest(std::deque<std::pair<const Round*, std::shared_ptr<Work>>>& in_flight) {
-    auto [round, work] = in_flight.front();
+  static void wait_oldest(std::deque<std::shared_ptr<Work>>& in_flight) {
+    std::shared_ptr<Work> work = std::move(in_flight.front());
     in_flight.pop_front();
     try {
       work->wait();
     } catch (...) {
-      // Later rounds' works fail with the group; wait for them so none outlives the buffer.
-      for (auto& [later_round, later] : in_flight) {
+      // Later rounds' works fail with the group; wait for them so none outlives y.
+      for (const std::shared_ptr<Work>& later : in_flight) {
         try {
           later->wait();
         } catch (...) {
@@ -139,11 +139,11 @@ class GroupedMatmulRunner {
       in_flight.clear();
       throw;
     }
-    epilogue(*round);
   }
 
   void prepare_biases() {
-    biases_.resize(plan_.groups.size());
+    biases_.assign(plan_.groups.size(), {});
+    if (!add_bias_) return;
     for (size_t g = 0; g < plan_.groups.size(); ++g) {
       const MatmulGroup& group = plan_.groups[g];
       if (!group.bias.defined()) continue;
@@ -153,19 +153,33 @@ class GroupedMatmulRunner {
     }
   }
 
+  // One unit's GEMM in float32, plus the bias, rounded once to y's dtype into y (a float32 y is
+  // written by the GEMM itself).
   void gemm(const Unit& unit) {
     const MatmulGroup& group = plan_.groups[unit.group];
     const int64_t rows = unit.row_end - unit.row_begin;
     const size_t element = element_size(plan_.dtype);
     const auto* x = static_cast<const std::byte*>(group.x.data_ptr()) +
                     static_cast<size_t>(unit.row_begin * group.k) * element;
-    float* c = partial_.data_ptr<float>() + group.partial_offset + unit.row_begin * group.n;
+    const int64_t first = group.offset + unit.row_begin * group.n;  // in y_flat, in elements
+    auto* y =
+        static_cast<std::byte*>(plan_.y_flat.data_ptr()) + static_cast<size_t>(first) * element;
+    const size_t count = static_cast<size_t>(rows * group.n);
+    float* c = reinterpret_cast<float*>(y);
+    if (plan_.dtype != kFloat32) {
+      // The rows stay in cache between the GEMM and their rounding (a unit is at most a group).
+      thread_local std::vector<float> scratch;
+      if (scratch.size() < count) scratch.resize(count);
+      c = scratch.data();
+    }
     const void* a = x;
     if (plan_.dtype == kFloat16) {
       // No float16 matmul on this ISA: widen this unit's rows of x to float32.
-      converted_x_.resize(static_cast<size_t>(rows * group.k));
-      kernels::cast(converted_x_.data(), kFloat32, x, kFloat16, converted_x_.size());
-      a = converted_x_.data();
+      thread_local std::vector<float> converted_x;
+      const size_t x_count = static_cast<size_t>(rows * group.k);
+      if (converted_x.size() < x_count) converted_x.resize(x_count);
+      kernels::cast(converted_x.data(), kFloat32, x, kFloat16, x_count);
+      a = converted_x.data();
     }
     // Small GEMMs lose more to threading than they gain (measured 1.5-2.5x slower on 2 threads).
     const double macs =
@@ -173,31 +187,15 @@ class GroupedMatmulRunner {
     const int threads = macs < kThreadedMacs ? 1 : threads_;
     engine_.matmul(ops::MatmulShape{rows, group.k, group.n, plan_.dtype}, a, group.k, group.weight,
                    c, threads);
-  }
-
-  // y = partial (+ bias), rounded once to y's dtype.
-  void epilogue(const Round& round) {
-    for (const Unit& unit : round.units) {
-      const MatmulGroup& group = plan_.groups[unit.group];
+    const std::vector<float>& bias = biases_[unit.group];
+    if (!bias.empty()) {
       const size_t n = static_cast<size_t>(group.n);
-      float* partial = partial_.data_ptr<float>() + group.partial_offset;
-      auto* y = static_cast<std::byte*>(group.y.data_ptr());
-      const size_t y_row_bytes = n * element_size(plan_.dtype);
-      const std::vector<float>& bias = biases_[unit.group];
-      if (bias.empty() && plan_.dtype == kFloat32) {
-        kernels::copy(y + static_cast<size_t>(unit.row_begin) * y_row_bytes,
-                      partial + unit.row_begin * group.n,
-                      static_cast<size_t>(unit.row_end - unit.row_begin) * y_row_bytes);
-        continue;
-      }
-      for (int64_t row = unit.row_begin; row < unit.row_end; ++row) {
-        float* sums = partial + row * group.n;
-        if (!bias.empty()) {
-          kernels::binary(kernels::BinaryOp::kAdd, kFloat32, sums, sums, bias.data(), n);
-        }
-        kernels::cast(y + static_cast<size_t>(row) * y_row_bytes, plan_.dtype, sums, kFloat32, n);
+      for (int64_t row = 0; row < rows; ++row) {
+        float* sums = c + static_cast<size_t>(row) * n;
+        kernels::binary(kernels::BinaryOp::kAdd, kFloat32, sums, sums, bias.data(), n);
       }
     }
+    if (plan_.dtype != kFloat32) kernels::cast(y, plan_.dtype, c, kFloat32, count);
   }
 
   static constexpr double kThreadedMacs = 2.0 * 1024 * 1024;
@@ -206,9 +204,8 @@ class GroupedMatmulRunner {
   ProcessGroup* group_;
   ops::MatmulEngine& engine_;
   int threads_ = 1;
-  Tensor partial_;
+  bool add_bias_ = true;
   std::vector<std::vector<float>> biases_;
-  std::vector<float> converted_x_;
 };
 
 void run_plan(const GroupedMatmulPlan& plan, ProcessGroup* group, int64_t comm_turn) {

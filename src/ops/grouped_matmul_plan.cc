@@ -190,8 +190,8 @@ GroupedMatmulPlan plan_grouped_matmul(const GroupedMatmulArgs& args) {
                        " stacks every group's rows in one y, so all n must be equal, but weight[",
                        i, "] has n = ", group.n, " and weight[0] has n = ", plan.groups[0].n);
     }
-    group.partial_offset = plan.partial_elements;
-    plan.partial_elements += group.m * group.n;
+    group.offset = plan.output_elements;
+    plan.output_elements += group.m * group.n;
     plan.flops += 2.0 * static_cast<double>(group.m) * static_cast<double>(group.k) *
                   static_cast<double>(group.n);
     row_start += rows[i];
@@ -199,21 +199,12 @@ GroupedMatmulPlan plan_grouped_matmul(const GroupedMatmulArgs& args) {
     plan.groups.push_back(std::move(group));
   }
 
-  const Device device = Device::npu(plan.device);
-  if (single_y) {
-    Tensor y = empty({total_rows, plan.groups[0].n}, plan.dtype, device);
-    int64_t start = 0;
-    for (MatmulGroup& group : plan.groups) {
-      group.y = y.narrow(0, start, group.m);
-      start += group.m;
-    }
-    plan.outputs.push_back(std::move(y));
-  } else {
-    for (MatmulGroup& group : plan.groups) {
-      group.y = empty({group.m, group.n}, plan.dtype, device);
-      plan.outputs.push_back(group.y);
-    }
+  plan.y_flat = empty({plan.output_elements}, plan.dtype, Device::npu(plan.device));
+  for (MatmulGroup& group : plan.groups) {
+    group.y = plan.y_flat.narrow(0, group.offset, group.m * group.n).view({group.m, group.n});
+    if (!single_y) plan.outputs.push_back(group.y);
   }
+  if (single_y) plan.outputs.push_back(plan.y_flat.view({total_rows, plan.groups[0].n}));
   return plan;
 }
 

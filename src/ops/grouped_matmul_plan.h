@@ -17,20 +17,23 @@ struct MatmulGroup {
   Tensor x;       // [m, k]: this group's rows of x
   Tensor weight;  // [k, n]
   Tensor bias;    // [n], or undefined
-  Tensor y;       // [m, n]: a view of the output
+  Tensor y;       // [m, n]: a view of the output (rows offset.. of y_flat)
   int64_t m = 0;
   int64_t k = 0;
   int64_t n = 0;
-  int64_t partial_offset = 0;  // elements into the float32 buffer of partial products
+  int64_t offset = 0;  // where y starts in y_flat, in elements
 };
 
 struct GroupedMatmulPlan {
   ScalarType dtype = kFloat32;  // of x, weight and y
   int device = 0;
   std::vector<MatmulGroup> groups;
-  std::vector<Tensor> outputs;   // what the operator returns
-  int64_t partial_elements = 0;  // sum of m * n
-  double flops = 0;              // 2 * sum of m * k * n
+  std::vector<Tensor> outputs;  // what the operator returns: views of y_flat
+  // Every group's y, one after the other in one storage (the group order of split_item 2 and 3's
+  // stacked y), so that one all-reduce covers them all.
+  Tensor y_flat;
+  int64_t output_elements = 0;  // sum of m * n
+  double flops = 0;             // 2 * sum of m * k * n
 };
 
 struct GroupedMatmulArgs {
