@@ -16,6 +16,7 @@
 #include "collectives/flight_recorder.h"
 #include "core/config.h"
 #include "core/logging.h"
+#include "core/signal_mask.h"
 
 namespace shmccl::collectives {
 namespace {
@@ -125,7 +126,8 @@ void TraceDumper::ensure_started() {
     return;
   }
   try {
-    std::thread(run, fd).detach();  // blocked in read(2) when idle; exit() ends it
+    const detail::ScopedSignalBlock no_signals;  // SIGUSR1 goes to the application's threads
+    std::thread(run, fd).detach();               // blocked in read(2) when idle; exit() ends it
   } catch (const std::exception& error) {
     ::close(fd);
     SHMCCL_WARN(kColl, "no flight recorder thread: ", error.what());

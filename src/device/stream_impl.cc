@@ -15,6 +15,7 @@
 
 #include "core/check.h"
 #include "core/logging.h"
+#include "core/signal_mask.h"
 #include "shmccl/npu.hpp"
 
 namespace shmccl::npu::detail {
@@ -190,6 +191,7 @@ bool StreamImpl::push_locked(std::function<void()> task) {
   // Not after stop: a task draining during destruction may still enqueue, and the worker that
   // is draining runs it; a new worker would outlive the stream.
   if (!s.worker.joinable() && !s.stop) {
+    const shmccl::detail::ScopedSignalBlock no_signals;  // the application's signals are not ours
     s.worker = std::thread([state = state_] { worker_loop(state); });
   }
   s.queue.push_back(std::move(task));

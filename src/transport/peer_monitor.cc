@@ -24,6 +24,7 @@
 #include "core/check.h"
 #include "core/file_descriptor.h"
 #include "core/logging.h"
+#include "core/signal_mask.h"
 
 namespace shmccl::transport {
 namespace {
@@ -190,6 +191,7 @@ PeerMonitor::WatchId PeerMonitor::watch(pid_t pid, DeathCallback on_death) {
     // Detached: nothing ever joins it (see the header); it only touches the leaked state.
     std::thread thread;
     try {
+      const detail::ScopedSignalBlock no_signals;  // the application's signals are not ours
       thread = std::thread([&s] { s.run(); });
     } catch (const std::system_error& error) {
       throw SystemError(

@@ -347,6 +347,37 @@ TEST_F(TraceDirectory, Sigusr1DumpsOnDemandIncludingAsyncWork) {
   EXPECT_TRUE(testing::all_ranks_succeeded(results));
 }
 
+// The threads shmccl starts (peer monitor, dump thread, stream workers) block the application's
+// signals: a SIGUSR1 or SIGTERM sent to the process is taken by one of its own threads.
+TEST_F(TraceDirectory, LibraryThreadsLeaveSignalsToTheApplication) {
+  auto results = testing::run_ranks(2, [&](const testing::RankContext& ctx) {
+    configure(prefix_);
+    npu::set_device(ctx.rank);
+    ctx.init();
+    Tensor t = ones({4}, kFloat32).npu();
+    all_reduce(t, ReduceOp::SUM, nullptr, /*async_op=*/true)->wait();  // a stream worker too
+    const std::string main_task = std::to_string(gettid());
+    int library_threads = 0;
+    for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+      if (task.path().filename() == main_task) continue;
+      std::ifstream status(task.path() / "status");
+      std::string line;
+      uint64_t blocked = 0;
+      while (std::getline(status, line)) {
+        if (line.rfind("SigBlk:", 0) == 0) blocked = std::stoull(line.substr(7), nullptr, 16);
+      }
+      for (int signal : {SIGUSR1, SIGTERM, SIGINT}) {
+        require((blocked >> (signal - 1) & 1) != 0,
+                str("thread ", task.path().filename().string(), " does not block signal ", signal,
+                    " (SigBlk ", blocked, ")"));
+      }
+      ++library_threads;
+    }
+    require(library_threads >= 3, str("only ", library_threads, " library threads found"));
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+}
+
 std::atomic<int> g_user_signals{0};
 
 TEST_F(TraceDirectory, AProgramsOwnSigusr1HandlerIsKept) {
