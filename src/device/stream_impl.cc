@@ -2,7 +2,9 @@
 //
 // StreamImpl: one mutex-guarded deque per stream and one worker thread draining it in order.
 // Tasks complete in order, so two counters (enqueued, completed) say everything a synchronizer
-// needs: "all work queued so far" is "completed reaches the enqueued count read now".
+// needs: "all work queued so far" is "completed reaches the enqueued count read now". A task run
+// inline on an idle stream (run_sync) takes its ticket without the mutex (see State).
+
 #include "device/stream_impl.h"
 
 #include <pthread.h>
@@ -67,12 +69,6 @@ void complete_generation_locked(EventState& event, uint64_t generation,
   event.completed = true;
   event.error = stream_error;
   if (event.enable_timing) event.completed_at = std::chrono::steady_clock::now();
-}
-
-// Advances a counter of State that only the holder of its mutex writes: a plain load and a
-// release store (no locked instruction), which idle()'s lock-free acquire loads pair with.
-void bump(std::atomic<uint64_t>& counter) {
-  counter.store(counter.load(std::memory_order_relaxed) + 1, std::memory_order_release);
 }
 
 }  // namespace
@@ -151,8 +147,8 @@ void StreamImpl::worker_loop(const std::shared_ptr<State>& state) {
 
   std::unique_lock<std::mutex> lock(s.mutex);
   for (;;) {
-    if (s.queue.empty() || s.running_inline) {
-      if (s.stop && s.queue.empty()) return;
+    if (s.queue.empty()) {
+      if (s.stop) return;
       // No spinning before blocking: measured on the 2-core development box, a bounded spin
       // (3 or 20 us, worker and/or synchronizer side) made every hand-off benchmark slower
       // (e.g. enqueue + synchronize 7.6 -> 10.5 us), as the spinner takes the core the thread it
@@ -162,7 +158,16 @@ void StreamImpl::worker_loop(const std::shared_ptr<State>& state) {
       s.worker_sleeping = false;
       continue;
     }
-    std::function<void()> task = std::move(s.queue.front());
+    const uint64_t ticket = s.queue.front().ticket;
+    if (s.completed.load(std::memory_order_seq_cst) + 1 < ticket) {
+      // A task run inline (run_sync) holds the ticket before: its completion wakes us, since it
+      // reads worker_blocked after storing `completed` and we read `completed` after this store.
+      s.worker_blocked.store(true, std::memory_order_seq_cst);
+      if (s.completed.load(std::memory_order_seq_cst) + 1 < ticket) s.work_cv.wait(lock);
+      s.worker_blocked.store(false, std::memory_order_relaxed);
+      continue;
+    }
+    std::function<void()> task = std::move(s.queue.front().run);
     s.queue.pop_front();
     lock.unlock();
     std::exception_ptr error;
@@ -177,8 +182,8 @@ void StreamImpl::worker_loop(const std::shared_ptr<State>& state) {
     task = nullptr;
     lock.lock();
     if (error && !s.error) s.error = std::move(error);
-    bump(s.completed);
-    if (s.sync_waiters > 0) {
+    s.completed.store(ticket, std::memory_order_release);  // idle()'s acquire loads pair with it
+    if (s.sync_waiters.load(std::memory_order_relaxed) > 0) {
       lock.unlock();
       s.done_cv.notify_all();
       lock.lock();
@@ -186,7 +191,7 @@ void StreamImpl::worker_loop(const std::shared_ptr<State>& state) {
   }
 }
 
-bool StreamImpl::push_locked(std::function<void()> task) {
+bool StreamImpl::push_locked(std::function<void()> task, uint64_t* ticket) {
   State& s = *state_;
   // Not after stop: a task draining during destruction may still enqueue, and the worker that
   // is draining runs it; a new worker would outlive the stream.
@@ -194,10 +199,11 @@ bool StreamImpl::push_locked(std::function<void()> task) {
     const shmccl::detail::ScopedSignalBlock no_signals;  // the application's signals are not ours
     s.worker = std::thread([state = state_] { worker_loop(state); });
   }
-  s.queue.push_back(std::move(task));
-  bump(s.enqueued);
-  // While a task runs inline the worker must not start this one; run_sync wakes it afterwards.
-  if (s.worker_sleeping && !s.running_inline) {
+  const uint64_t mine = s.enqueued.fetch_add(1, std::memory_order_seq_cst) + 1;
+  s.queue.push_back(Task{mine, std::move(task)});
+  if (ticket != nullptr) *ticket = mine;
+  // A task running inline holds an earlier ticket: the worker then waits for it (see worker_loop).
+  if (s.worker_sleeping) {
     s.worker_sleeping = false;
     return true;
   }
@@ -207,16 +213,21 @@ bool StreamImpl::push_locked(std::function<void()> task) {
 bool StreamImpl::wait_completed_locked(std::unique_lock<std::mutex>& lock, uint64_t target,
                                        std::chrono::steady_clock::time_point deadline) {
   State& s = *state_;
-  if (s.completed >= target) return true;
-  ++s.sync_waiters;
-  const auto done = [&] { return s.completed >= target; };
+  // sync_waiters before `completed` (seq_cst both): an inline task's completion stores
+  // `completed` and then reads sync_waiters, so one of the two sees the other.
+  s.sync_waiters.fetch_add(1, std::memory_order_seq_cst);
+  const auto done = [&] { return s.completed.load(std::memory_order_seq_cst) >= target; };
+  if (done()) {
+    s.sync_waiters.fetch_sub(1, std::memory_order_relaxed);
+    return true;
+  }
   bool finished = true;
   if (deadline == std::chrono::steady_clock::time_point::max()) {
     s.done_cv.wait(lock, done);
   } else {
     finished = s.done_cv.wait_until(lock, deadline, done);
   }
-  --s.sync_waiters;
+  s.sync_waiters.fetch_sub(1, std::memory_order_relaxed);
   return finished;
 }
 
@@ -237,15 +248,15 @@ void StreamImpl::run_sync(const std::function<void()>& task) {
     return;
   }
   check_usable();
-  std::unique_lock<std::mutex> lock(s.mutex);
-  std::exception_ptr error;
-  if (s.enqueued == s.completed) {
-    // Idle: run here. Counting the task as enqueued keeps the stream busy, so synchronizers wait
-    // for it and tasks queued meanwhile stay behind it (the worker skips them while
-    // running_inline is set).
-    s.running_inline = true;
-    bump(s.enqueued);
-    lock.unlock();
+  // Idle (everything accepted has completed): take the next ticket and run here, without the
+  // mutex. Counting the task as enqueued keeps the stream busy, so synchronizers wait for it and
+  // tasks queued meanwhile stay behind it (the worker waits for their ticket's turn).
+  const uint64_t completed = s.completed.load(std::memory_order_acquire);
+  uint64_t expected = completed;
+  if (s.enqueued.load(std::memory_order_relaxed) == completed &&
+      s.enqueued.compare_exchange_strong(expected, completed + 1, std::memory_order_acquire,
+                                         std::memory_order_relaxed)) [[likely]] {
+    std::exception_ptr error;
     const void* outer = std::exchange(running_stream, &s);
     try {
       task();
@@ -253,41 +264,48 @@ void StreamImpl::run_sync(const std::function<void()>& task) {
       error = std::current_exception();
     }
     running_stream = outer;
-    lock.lock();
-    s.running_inline = false;
-    bump(s.completed);
-    const bool wake_worker = !s.queue.empty() && std::exchange(s.worker_sleeping, false);
-    const bool wake_waiters = s.sync_waiters > 0;
-    lock.unlock();
-    if (wake_worker) s.work_cv.notify_one();
-    if (wake_waiters) s.done_cv.notify_all();
-  } else {
-    // `task` and `error` outlive the wrapper: we wait for it below. The worker writes `error`
-    // before it takes the mutex to count the task completed; we read it after seeing that count
-    // under the same mutex, so the write happens-before the read.
-    const bool wake = push_locked([&task, &error] {
-      try {
-        task();
-      } catch (...) {
-        error = std::current_exception();
-      }
-    });
-    const uint64_t ticket = s.enqueued;
-    if (wake) {
-      lock.unlock();
+    // seq_cst: then the sleepers' flags (Dekker with worker_loop and wait_completed_locked).
+    s.completed.store(completed + 1, std::memory_order_seq_cst);
+    if (s.worker_blocked.load(std::memory_order_seq_cst) ||
+        s.sync_waiters.load(std::memory_order_seq_cst) != 0) [[unlikely]] {
+      // Taking the mutex orders this after a sleeper's check (done under it): it is waiting now.
+      { std::lock_guard<std::mutex> lock(s.mutex); }
       s.work_cv.notify_one();
-      lock.lock();
+      s.done_cv.notify_all();
     }
-    wait_completed_locked(lock, ticket, std::chrono::steady_clock::time_point::max());
-    lock.unlock();
+    if (error) std::rethrow_exception(error);
+    return;
   }
+  // Busy: queue the task and wait for it. `task` and `error` outlive the wrapper: we wait for it
+  // below. The worker writes `error` before it takes the mutex to count the task completed; we
+  // read it after seeing that count under the same mutex, so the write happens-before the read.
+  std::exception_ptr error;
+  std::unique_lock<std::mutex> lock(s.mutex);
+  uint64_t ticket = 0;
+  const bool wake = push_locked(
+      [&task, &error] {
+        try {
+          task();
+        } catch (...) {
+          error = std::current_exception();
+        }
+      },
+      &ticket);
+  if (wake) {
+    lock.unlock();
+    s.work_cv.notify_one();
+    lock.lock();
+  }
+  wait_completed_locked(lock, ticket, std::chrono::steady_clock::time_point::max());
+  lock.unlock();
   if (error) std::rethrow_exception(error);
 }
 
 bool StreamImpl::idle() const {
   check_usable();
   // Without the mutex: a thread sees its own enqueues, and a completion it sees happened-before
-  // (release/acquire with bump()); concurrent enqueues by other threads are unordered anyway.
+  // (release/acquire with the completions' stores); concurrent enqueues by other threads are
+  // unordered anyway.
   const uint64_t completed = state_->completed.load(std::memory_order_acquire);
   return completed == state_->enqueued.load(std::memory_order_acquire);
 }

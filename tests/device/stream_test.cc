@@ -158,6 +158,45 @@ TEST(StreamImplTest, WorkQueuedDuringInlineRunSyncWaitsForIt) {
   EXPECT_EQ(order, (std::vector<char>{'i', 'o'}));
 }
 
+// Many threads mixing run_sync (inline on an idle stream, queued on a busy one) and enqueue: the
+// tasks never overlap and all of them run (`total` is a plain int: only the stream's ordering
+// protects it, which ThreadSanitizer checks).
+TEST(StreamImplTest, InlineAndQueuedTasksNeverOverlap) {
+  auto stream = make_impl();
+  std::atomic<int> running{0};
+  std::atomic<int> overlaps{0};
+  int total = 0;
+  auto body = [&] {
+    if (running.fetch_add(1) != 0) overlaps.fetch_add(1);
+    ++total;
+    // Long enough (a few microseconds) for other threads to queue work while it runs.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(3);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+    running.fetch_sub(1);
+  };
+  constexpr int kThreads = 4;
+  constexpr int kTasks = 2000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kTasks; ++i) {
+        if ((i + t) % 3 == 0) {
+          stream->enqueue(body);
+        } else {
+          stream->run_sync(body);
+        }
+      }
+    });
+  }
+  for (std::thread& thread : threads)
+    thread.join();
+  stream->synchronize();
+  EXPECT_EQ(overlaps.load(), 0);
+  EXPECT_EQ(total, kThreads * kTasks);
+  EXPECT_TRUE(stream->idle());
+}
+
 TEST(StreamImplTest, SynchronizeWaitsForInlineRunSync) {
   auto stream = make_impl();
   std::promise<void> entered;
