@@ -199,6 +199,7 @@ void run_pool(detail::GroupState& state, ExecContext& context, const Algorithm& 
       fault::point(fault::Point::kMidCopy, global_rank(state), sequence);
     }
     // Release: the chunk's writes happen-before any rank that sees the count reach `end`.
+    detail::release_to_peers();
     if (header.done.fetch_add(1, std::memory_order_seq_cst) + 1 == end) transport.notify();
     claimed = header.claim.load(std::memory_order_relaxed);
     // A peer may finish the collective and exit between our last chunk and this check: only a
@@ -208,6 +209,7 @@ void run_pool(detail::GroupState& state, ExecContext& context, const Algorithm& 
     }
   }
   if (!ran_one) fault::point(fault::Point::kMidCopy, global_rank(state), sequence);
+  detail::release_to_peers();
   transport.slot(context.rank).pool_finished.store(sequence, std::memory_order_relaxed);
   transport.wait_until(
       [&] { return header.done.load(std::memory_order_acquire) >= end; }, timeout,
@@ -372,6 +374,7 @@ bool run(detail::GroupState& state, const OpPlan& plan) {
   fault::point(fault::Point::kBeforeArrival, me, sequence, plan.kind == OpKind::kBarrier);
   // Release: descriptor, payload and fingerprint happen-before any peer that sees this arrival.
   // (seq_cst under TSan, which has no fences: see the fence below.)
+  detail::release_to_peers();
   arrival.sequence.store(
       sequence, detail::kThreadSanitizer ? std::memory_order_seq_cst : std::memory_order_release);
   // A synchronous call is recorded now, while the arrival's line travels to the peers (the

@@ -8,6 +8,7 @@
 #include "collectives/host_staging.h"
 #include "collectives/staging_geometry.h"
 #include "core/check.h"
+#include "core/memory_order.h"
 #include "device/kernels.h"
 
 namespace shmccl::collectives {
@@ -87,6 +88,7 @@ class Pipeline {
   // Seq_cst, like every store a sleeper may wait for (notify's Dekker pairing); release: the
   // window's data happen-before a peer that sees the count.
   void publish(Counter which, uint64_t value) {
+    detail::release_to_peers();
     (transport_.slot(me_).*which).store(value, std::memory_order_seq_cst);
     transport_.notify();
   }

@@ -11,6 +11,11 @@
 
 #include <atomic>
 
+#if defined(__SANITIZE_THREAD__)
+extern "C" void __tsan_acquire(void* address);
+extern "C" void __tsan_release(void* address);
+#endif
+
 namespace shmccl::detail {
 
 #if defined(__SANITIZE_THREAD__)
@@ -31,5 +36,26 @@ inline void fence([[maybe_unused]] std::memory_order order) {
   std::atomic_thread_fence(order);
 #endif
 }
+
+// Happens-before that travels through another process. TSan sees the synchronization between
+// the threads of its own process only: when thread A publishes to the peers (a store in the
+// control block), a peer acts on it, and thread B of this process then observes that peer, the
+// order A -> B went through the peer's process, and TSan reported A's and B's accesses to a
+// peer's buffer as a race (A read a peer's input in one collective, B wrote the output the peer
+// put in the same memory for the next). Every publication to the peers releases, and every wait
+// for them that succeeds acquires, one object per process: that states this order, and nothing
+// finer. Nothing outside TSan builds.
+#if defined(__SANITIZE_THREAD__)
+inline char g_peer_order;
+inline void release_to_peers() {
+  __tsan_release(&g_peer_order);
+}
+inline void acquire_from_peers() {
+  __tsan_acquire(&g_peer_order);
+}
+#else
+inline void release_to_peers() {}
+inline void acquire_from_peers() {}
+#endif
 
 }  // namespace shmccl::detail

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "core/memory_order.h"
 #include "transport/control_block.h"
 #include "transport/peer_monitor.h"
 #include "transport/shm_segment.h"
@@ -159,27 +160,33 @@ template <typename Ready, typename Describe>
 void GroupTransport::wait_until(Ready&& ready, Clock::time_point deadline, Describe&& describe) {
   // Spin while a core is likely free for the peer; when ranks outnumber cores, spinning only
   // steals the time slice the peer needs, so give up early and sleep.
-  if (spin(ready)) [[likely]]
+  if (spin(ready)) [[likely]] {
+    detail::acquire_from_peers();
     return;
+  }
   using ReadyType = std::remove_reference_t<Ready>;
   using DescribeType = std::remove_reference_t<Describe>;
   sleep_until([](void* context) -> bool { return (*static_cast<ReadyType*>(context))(); }, &ready,
               deadline,
               [](void* context) -> std::string { return (*static_cast<DescribeType*>(context))(); },
               &describe);
+  detail::acquire_from_peers();
 }
 
 template <typename Ready, typename Describe>
 void GroupTransport::wait_until(Ready&& ready, std::chrono::milliseconds timeout,
                                 Describe&& describe) {
-  if (spin(ready)) [[likely]]
+  if (spin(ready)) [[likely]] {
+    detail::acquire_from_peers();
     return;
+  }
   using ReadyType = std::remove_reference_t<Ready>;
   using DescribeType = std::remove_reference_t<Describe>;
   sleep_until([](void* context) -> bool { return (*static_cast<ReadyType*>(context))(); }, &ready,
               Clock::now() + timeout,
               [](void* context) -> std::string { return (*static_cast<DescribeType*>(context))(); },
               &describe);
+  detail::acquire_from_peers();
 }
 
 // The ranks whose slot value `read(slot)` is below `value`, as "1, 3", leaving out rank `skip`
