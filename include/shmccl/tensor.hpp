@@ -37,7 +37,13 @@ class Tensor {
   bool defined() const { return storage_ != nullptr; }
   const std::vector<int64_t>& sizes() const { return sizes_; }
   std::vector<int64_t> shape() const { return sizes_; }
-  int64_t size(int64_t dim) const;  // negative dims count from the end
+  // Negative dims count from the end. Inline: collectives call it on every call.
+  int64_t size(int64_t dim) const {
+    const int64_t wrapped = dim < 0 ? dim + this->dim() : dim;
+    if (wrapped < 0 || wrapped >= this->dim()) [[unlikely]]
+      throw_dim_out_of_range(dim);
+    return sizes_[static_cast<size_t>(wrapped)];
+  }
   int64_t dim() const { return static_cast<int64_t>(sizes_.size()); }
   int64_t numel() const { return numel_; }
   ScalarType dtype() const { return dtype_; }
@@ -111,6 +117,7 @@ class Tensor {
  private:
   void check_element_type(ScalarType requested) const;
   void copy_to_host(void* destination) const;
+  [[noreturn]] void throw_dim_out_of_range(int64_t dim) const;
 
   std::shared_ptr<detail::Storage> storage_;
   size_t offset_bytes_ = 0;

@@ -4,6 +4,8 @@
 // casts, printing) is in src/device/tensor_*.cc.
 #include "shmccl/tensor.hpp"
 
+#include <cstdlib>
+
 #include "core/check.h"
 #include "core/storage.h"
 
@@ -34,12 +36,9 @@ Tensor::Tensor(std::shared_ptr<detail::Storage> storage, size_t offset_bytes,
                " exceeds its storage of ", storage_->nbytes(), " bytes");
 }
 
-int64_t Tensor::size(int64_t dim) const {
-  const int64_t rank = this->dim();
-  const int64_t wrapped = dim < 0 ? dim + rank : dim;
-  SHMCCL_CHECK_ARG(wrapped >= 0 && wrapped < rank, "dimension ", dim,
-                   " out of range for a tensor of shape ", sizes_);
-  return sizes_[static_cast<size_t>(wrapped)];
+void Tensor::throw_dim_out_of_range(int64_t dim) const {
+  SHMCCL_CHECK_ARG(false, "dimension ", dim, " out of range for a tensor of shape ", sizes_);
+  std::abort();  // not reached
 }
 
 Device Tensor::device() const {

@@ -79,7 +79,11 @@ TEST(TensorTest, BadShapesAndIndicesAreClearErrors) {
       testing::ThrowsMessage<InvalidArgument>(HasSubstr("shape [5, 3] is invalid")));
   EXPECT_THROW(t.narrow(0, 3, 2), InvalidArgument);
   EXPECT_THROW(t.narrow(1, 0, 1), InvalidArgument);
-  EXPECT_THROW(t.size(2), InvalidArgument);
+  EXPECT_THAT([&] { t.size(2); }, testing::ThrowsMessage<InvalidArgument>(
+                                      HasSubstr("dimension 2 out of range for a tensor of shape")));
+  EXPECT_THAT([&] { t.size(-3); },
+              testing::ThrowsMessage<InvalidArgument>(HasSubstr("dimension -3 out of range")));
+  EXPECT_EQ(t.size(-1), t.size(t.dim() - 1));
   EXPECT_THROW(zeros({-1}), InvalidArgument);
   EXPECT_THAT([&] { t.to_vector<int32_t>(); },
               testing::ThrowsMessage<InvalidArgument>(HasSubstr("does not match")));
