@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <new>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -85,6 +87,34 @@ inline std::vector<std::string> shm_entries(const std::string& fragment) {
   }
   return found;
 }
+
+// A count in memory the test process maps before it forks its ranks. Survivors of an injected
+// death call arrive_and_wait() once they have their error and leave only when all of them have
+// it: a survivor that exits early would otherwise be the death a slower survivor notices first
+// (test sequencing; bounded).
+class SurvivorBarrier {
+ public:
+  SurvivorBarrier() {
+    void* memory = mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE,
+                        MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (memory == MAP_FAILED) throw std::runtime_error("mmap");
+    arrived_ = new (memory) std::atomic<int>(0);
+  }
+  ~SurvivorBarrier() { munmap(arrived_, sizeof(std::atomic<int>)); }
+  SurvivorBarrier(const SurvivorBarrier&) = delete;
+  SurvivorBarrier& operator=(const SurvivorBarrier&) = delete;
+
+  void arrive_and_wait(int survivors) {
+    arrived_->fetch_add(1);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (arrived_->load() < survivors && std::chrono::steady_clock::now() < deadline)
+      usleep(1000);
+  }
+
+ private:
+  static_assert(std::atomic<int>::is_always_lock_free);
+  std::atomic<int>* arrived_;
+};
 
 struct RunOptions {
   std::chrono::milliseconds timeout = std::chrono::seconds(60);  // then every rank is a hang

@@ -306,9 +306,10 @@ TEST(CollectiveErrorsTest, ReceiversCompleteABroadcastWhoseRootAlreadyExited) {
 TEST(CollectiveErrorsTest, DeadPeerFailsSurvivorsWithinASecond) {
   for (int world : {2, 4, 8}) {
     const std::string job = testing::unique_job_id();
+    testing::SurvivorBarrier survivors;
     auto results = testing::run_ranks(
         world,
-        [](const testing::RankContext& ctx) {
+        [&survivors](const testing::RankContext& ctx) {
           npu::set_device(ctx.rank % 8);
           ctx.init(/*timeout_ms=*/60000);
           Tensor t = ones({1 << 16}, kFloat32).npu();
@@ -320,6 +321,7 @@ TEST(CollectiveErrorsTest, DeadPeerFailsSurvivorsWithinASecond) {
           } catch (const RemoteError& error) {
             const double seconds =
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+            survivors.arrive_and_wait(ctx.world - 1);
             require(std::string(error.what()).find("rank 1") != std::string::npos, error.what());
             require(seconds < 1.0, str("noticed after ", seconds, " s"));
             return;

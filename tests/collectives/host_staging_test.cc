@@ -347,9 +347,10 @@ TEST(HostStagingFailureTest, DeadPeerMidPipelineFailsSurvivorsPromptly) {
   if (!collectives::fault::compiled_in()) GTEST_SKIP() << "fault injection not compiled in";
   for (int world : {3, 8}) {
     const std::string job = testing::unique_job_id();
+    testing::SurvivorBarrier survivors;
     auto results = testing::run_ranks(
         world,
-        [](const testing::RankContext& ctx) {
+        [&survivors](const testing::RankContext& ctx) {
           setenv("SHMCCL_FAULT", "mid_copy:1:kill", 1);
           start(ctx);
           Tensor input = full({40000}, ctx.rank, kFloat32);  // 40 windows per rank
@@ -360,6 +361,7 @@ TEST(HostStagingFailureTest, DeadPeerMidPipelineFailsSurvivorsPromptly) {
           } catch (const RemoteError& error) {
             const double seconds =
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+            survivors.arrive_and_wait(ctx.world - 1);
             require(std::string(error.what()).find("rank 1") != std::string::npos, error.what());
             require(seconds < 2.0, str("noticed after ", seconds, " s"));
             return;
