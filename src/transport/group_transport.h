@@ -95,6 +95,9 @@ class GroupTransport {
   // The sleeping half of wait_until (after spinning): futex waits with deadline and checks.
   void sleep_until(bool (*ready)(void*), void* context, Clock::time_point deadline,
                    std::string (*describe)(void*), void* describe_context);
+  // sleep_until for wait_until's callables (type-erased: the sleeping half is not a template).
+  template <typename Ready, typename Describe>
+  void sleep_until_ready(Ready& ready, Clock::time_point deadline, Describe& describe);
   static void cpu_relax() { __builtin_ia32_pause(); }
   // Spins until `ready()` or the spin budget is spent; true when ready. Spinning is for ranks
   // that have a core each: a sleeping rank costs a wake-up of several microseconds (tens in a
@@ -160,33 +163,25 @@ template <typename Ready, typename Describe>
 void GroupTransport::wait_until(Ready&& ready, Clock::time_point deadline, Describe&& describe) {
   // Spin while a core is likely free for the peer; when ranks outnumber cores, spinning only
   // steals the time slice the peer needs, so give up early and sleep.
-  if (spin(ready)) [[likely]] {
-    detail::acquire_from_peers();
-    return;
-  }
-  using ReadyType = std::remove_reference_t<Ready>;
-  using DescribeType = std::remove_reference_t<Describe>;
-  sleep_until([](void* context) -> bool { return (*static_cast<ReadyType*>(context))(); }, &ready,
-              deadline,
-              [](void* context) -> std::string { return (*static_cast<DescribeType*>(context))(); },
-              &describe);
+  if (!spin(ready)) [[unlikely]]
+    sleep_until_ready(ready, deadline, describe);
   detail::acquire_from_peers();
 }
 
 template <typename Ready, typename Describe>
 void GroupTransport::wait_until(Ready&& ready, std::chrono::milliseconds timeout,
                                 Describe&& describe) {
-  if (spin(ready)) [[likely]] {
-    detail::acquire_from_peers();
-    return;
-  }
-  using ReadyType = std::remove_reference_t<Ready>;
-  using DescribeType = std::remove_reference_t<Describe>;
-  sleep_until([](void* context) -> bool { return (*static_cast<ReadyType*>(context))(); }, &ready,
-              Clock::now() + timeout,
-              [](void* context) -> std::string { return (*static_cast<DescribeType*>(context))(); },
-              &describe);
+  if (!spin(ready)) [[unlikely]]
+    sleep_until_ready(ready, Clock::now() + timeout, describe);
   detail::acquire_from_peers();
+}
+
+template <typename Ready, typename Describe>
+void GroupTransport::sleep_until_ready(Ready& ready, Clock::time_point deadline,
+                                       Describe& describe) {
+  sleep_until(
+      [](void* context) -> bool { return (*static_cast<Ready*>(context))(); }, &ready, deadline,
+      [](void* context) -> std::string { return (*static_cast<Describe*>(context))(); }, &describe);
 }
 
 // The ranks whose slot value `read(slot)` is below `value`, as "1, 3", leaving out rank `skip`

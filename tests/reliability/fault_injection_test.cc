@@ -90,23 +90,15 @@ class SharedReports {
   ~SharedReports() { munmap(shared_, sizeof(Shared)); }
   Report& operator[](int rank) { return shared_->reports[rank]; }
 
-  // Survivors leave only once all of them have their error: a survivor's exit must not become
-  // another survivor's error (test sequencing; bounded).
-  void wait_for_survivors(int survivors) {
-    shared_->failed.fetch_add(1);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (shared_->failed.load() < survivors && std::chrono::steady_clock::now() < deadline) {
-      usleep(1000);
-    }
-  }
+  // Survivors leave only once all of them have their error (see testing::SurvivorBarrier).
+  void wait_for_survivors(int survivors) { survivors_.arrive_and_wait(survivors); }
 
  private:
   struct Shared {
-    std::atomic<int> failed{0};
     Report reports[64];
   };
-  static_assert(std::atomic<int>::is_always_lock_free);
   Shared* shared_;
+  testing::SurvivorBarrier survivors_;
 };
 
 // The body every rank runs: arm the fault, create the group, call the op until an error.
