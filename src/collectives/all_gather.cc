@@ -25,7 +25,7 @@ uint64_t inline_bytes(const OpPlan& plan, int size) {
 
 void stage_inline(const OpPlan& plan, int rank, unsigned char* payload) {
   const uint64_t bytes = rank_bytes(plan, rank);
-  if (bytes > 0) std::memcpy(payload, plan.input().data_ptr(), bytes);
+  kernels::copy_small(payload, plan.input().data_ptr(), bytes);
 }
 
 // Where rank j's rows land in this rank's output.
@@ -40,7 +40,7 @@ char* local_destination(const ExecContext& context, int source) {
 void finish_inline(const ExecContext& context) {
   for (int j = 0; j < context.size; ++j) {
     const uint64_t bytes = rank_bytes(context.plan, j);
-    if (bytes > 0) std::memcpy(local_destination(context, j), context.payloads[j], bytes);
+    if (bytes > 0) kernels::copy_small(local_destination(context, j), context.payloads[j], bytes);
   }
 }
 

@@ -17,7 +17,7 @@ uint64_t inline_bytes(const OpPlan& plan, int /*size*/) {
 
 void stage_inline(const OpPlan& plan, int /*rank*/, unsigned char* payload) {
   if (plan.input().nbytes() > 0)
-    std::memcpy(payload, plan.input().data_ptr(), plan.input().nbytes());
+    kernels::copy_small(payload, plan.input().data_ptr(), plan.input().nbytes());
 }
 
 void finish_inline(const ExecContext& context) {

@@ -16,14 +16,15 @@ uint64_t inline_bytes(const OpPlan& plan, int /*size*/) {
 
 void stage_inline(const OpPlan& plan, int rank, unsigned char* payload) {
   if (rank == plan.root && plan.input().nbytes() > 0) {
-    std::memcpy(payload, plan.input().data_ptr(), plan.input().nbytes());
+    kernels::copy_small(payload, plan.input().data_ptr(), plan.input().nbytes());
   }
 }
 
 void finish_inline(const ExecContext& context) {
   const OpPlan& plan = context.plan;
   if (context.rank != plan.root && plan.input().nbytes() > 0) {
-    std::memcpy(plan.output().data_ptr(), context.payloads[plan.root], plan.input().nbytes());
+    kernels::copy_small(plan.output().data_ptr(), context.payloads[plan.root],
+                        plan.input().nbytes());
   }
 }
 

@@ -15,9 +15,7 @@ GroupState::GroupState(std::unique_ptr<transport::GroupTransport> transport,
       global_ranks_(std::move(global_ranks)),
       comm_name_(std::move(comm_name)),
       timeout_ms_(timeout.count()),
-      completed_work_(std::make_shared<Work>("completed synchronous collective")),
       trace_(collectives::FlightRecorder::instance().new_ring(comm_name_, rank(), size())) {
-  completed_work_->finish();
   active_trace_ = trace_.get();
   if (trace_) {
     // A collective that has to sleep while it waits gets a precise time in the recorder.
@@ -34,6 +32,18 @@ GroupState::GroupState(std::unique_ptr<transport::GroupTransport> transport,
       collectives::FlightRecorder::instance().request_dump("group " + name + ": " + what);
     });
   }
+}
+
+std::shared_ptr<Work> completed_work() {
+  // Immortal: a handle may outlive every group, and static destruction.
+  static Work* const completed = [] {
+    auto* work = new Work("completed synchronous collective");
+    work->finish();
+    return work;
+  }();
+  // Aliasing an empty owner: a handle that counts no references, so returning one per
+  // synchronous call costs no atomic increment and decrement.
+  return std::shared_ptr<Work>(std::shared_ptr<Work>(), completed);
 }
 
 // Collectives still queued reference this state; ProcessGroup's destructor drains the stream

@@ -69,9 +69,6 @@ class GroupState {
   bool mark_failed(const std::string& message);
   void check_not_failed() const;
 
-  // What synchronous collectives return: an already completed Work (no allocation per call).
-  const std::shared_ptr<Work>& completed_work() const { return completed_work_; }
-
   // This group's flight recorder ring; nullptr when the recorder is off
   // (SHMCCL_TRACE_BUFFER_SIZE=0).
   collectives::TraceRing* trace() const { return active_trace_; }
@@ -113,7 +110,6 @@ class GroupState {
   std::atomic<bool> failed_{false};
   mutable std::mutex failure_mutex_;
   std::string failure_;
-  std::shared_ptr<Work> completed_work_;
   std::shared_ptr<collectives::TraceRing> trace_;
   collectives::TraceRing* active_trace_ = nullptr;  // trace_, or nullptr while suspended
   uint64_t executing_sequence_ = 0;
@@ -121,5 +117,9 @@ class GroupState {
   collectives::CallCache calls_;
   bool mismatch_check_ = true;
 };
+
+// What synchronous collectives return: an already completed Work, shared by every call and group
+// (no allocation, no reference count per call; its use_count() is 0).
+std::shared_ptr<Work> completed_work();
 
 }  // namespace shmccl::detail

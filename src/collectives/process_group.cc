@@ -107,7 +107,7 @@ std::shared_ptr<Work> submit(detail::GroupState& state, OpPlan& plan, bool async
     } else {
       collectives::execute(state, plan);
     }
-    return state.completed_work();
+    return detail::completed_work();
   }
   auto work = std::make_shared<Work>(plan.name, plan.sequence);
   npu::detail::StreamImpl& comm = state.comm_stream();

@@ -60,8 +60,11 @@ thread_local int t_current_device = 0;
 // The calling thread's current stream per device; empty means the default stream. One
 // thread_local object: each access to one costs a call in a shared library.
 struct ThreadStreams {
-  ProcessState* owner = nullptr;  // `streams` belong to this state
+  ProcessState* owner = nullptr;  // `streams` and `current` belong to this state
   std::array<std::shared_ptr<npu::detail::StreamImpl>, kMaxDevices> streams;
+  // The stream every collective and copy looks up: streams[d], or d's default stream; nullptr
+  // until looked up once (which also checked d), or after streams[d] changed.
+  std::array<npu::detail::StreamImpl*, kMaxDevices> current{};
 };
 thread_local ThreadStreams t_streams;
 // Out of line, so that a caller looks the thread_local up once (see stream_impl.cc).
@@ -89,14 +92,25 @@ DeviceState& device_state(int device) {
   return entry;
 }
 
-std::shared_ptr<npu::detail::StreamImpl>& thread_stream_slot(int device) {
+ThreadStreams& owned_thread_streams() {
   ProcessState* state = &process_state();
   ThreadStreams& mine = thread_streams();
   if (mine.owner != state) {
     mine.streams = {};
+    mine.current = {};
     mine.owner = state;
   }
-  return mine.streams[static_cast<size_t>(device)];
+  return mine;
+}
+
+const std::shared_ptr<npu::detail::StreamImpl>& thread_stream_slot(int device) {
+  return owned_thread_streams().streams[static_cast<size_t>(device)];
+}
+
+void set_thread_stream(int device, std::shared_ptr<npu::detail::StreamImpl> stream) {
+  ThreadStreams& mine = owned_thread_streams();
+  mine.streams[static_cast<size_t>(device)] = std::move(stream);
+  mine.current[static_cast<size_t>(device)] = nullptr;
 }
 
 }  // namespace
@@ -181,11 +195,29 @@ Stream default_stream(int device) {
 
 namespace shmccl::device {
 
-npu::detail::StreamImpl& current_stream_impl(int device) {
+namespace {
+
+[[gnu::noinline]] npu::detail::StreamImpl& look_up_current_stream(int device) {
   const int resolved = resolve_device(device);
-  auto& slot = thread_stream_slot(resolved);
-  if (slot) return *slot;
-  return *device_state(resolved).default_stream;
+  ThreadStreams& mine = owned_thread_streams();
+  const auto index = static_cast<size_t>(resolved);
+  npu::detail::StreamImpl* stream =
+      mine.streams[index] ? mine.streams[index].get() : device_state(resolved).default_stream.get();
+  mine.current[index] = stream;  // streams[index] or the immortal default stream: both outlive it
+  return *stream;
+}
+
+}  // namespace
+
+// Once per call of every collective: a cached pointer (a lookup costs ~120 instructions).
+npu::detail::StreamImpl& current_stream_impl(int device) {
+  const ThreadStreams& mine = thread_streams();
+  const auto index = static_cast<size_t>(device);  // -1 (the current device) is out of range
+  if (index < kMaxDevices && mine.owner == g_state.load(std::memory_order_acquire)) [[likely]] {
+    if (npu::detail::StreamImpl* cached = mine.current[index]) [[likely]]
+      return *cached;
+  }
+  return look_up_current_stream(device);
 }
 
 }  // namespace shmccl::device
@@ -201,7 +233,7 @@ Stream current_stream(int device) {
 
 void set_stream(const Stream& stream) {
   SHMCCL_CHECK_ARG(stream.impl() != nullptr, "set_stream() of an empty stream");
-  device::thread_stream_slot(stream.device()) = stream.impl();
+  device::set_thread_stream(stream.device(), stream.impl());
 }
 
 StreamGuard::StreamGuard(const Stream& stream) : previous_(current_stream(stream.device())) {
@@ -209,7 +241,7 @@ StreamGuard::StreamGuard(const Stream& stream) : previous_(current_stream(stream
 }
 
 StreamGuard::~StreamGuard() {
-  device::thread_stream_slot(previous_.device()) = previous_.impl();
+  device::set_thread_stream(previous_.device(), previous_.impl());
 }
 
 void synchronize(int device) {

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "device/device_context.h"
 #include "device/stream_impl.h"
 #include "shmccl/error.hpp"
 #include "shmccl/npu.hpp"
@@ -366,6 +367,37 @@ TEST(StreamTest, NewStreamsOnDevice) {
   EXPECT_NE(first.id(), second.id());
   EXPECT_NE(first, second);
   EXPECT_TRUE(first.query());
+}
+
+// Collectives and copies find the caller's stream through a per-thread cache: it must follow
+// set_stream, guards and the current device, per thread.
+TEST(StreamTest, CurrentStreamLookupFollowsSetStreamAndGuards) {
+  auto current = [](int device) { return &device::current_stream_impl(device); };
+  set_device(0);
+  StreamImpl* default0 = default_stream(0).impl().get();
+  StreamImpl* default1 = default_stream(1).impl().get();
+  EXPECT_EQ(current(0), default0);
+  EXPECT_EQ(current(-1), default0);
+  EXPECT_EQ(current(1), default1);
+
+  Stream first(0);
+  Stream second(0);
+  set_stream(first);
+  EXPECT_EQ(current(0), first.impl().get());
+  EXPECT_EQ(current(-1), first.impl().get());
+  EXPECT_EQ(current(1), default1);  // other devices keep theirs
+  {
+    StreamGuard guard(second);
+    EXPECT_EQ(current(0), second.impl().get());
+  }
+  EXPECT_EQ(current(0), first.impl().get());
+  std::thread([&] { EXPECT_EQ(current(0), default0); }).join();  // per thread
+  set_device(1);
+  EXPECT_EQ(current(-1), default1);
+  set_device(0);
+  set_stream(default_stream(0));
+  EXPECT_EQ(current(0), default0);
+  EXPECT_THROW(current(1000), Error);
 }
 
 TEST(EventTest, RecordWithoutStreamUsesCurrentStream) {
