@@ -61,6 +61,19 @@ void copy(void* dst, const void* src, size_t bytes);
 // outputs), even when each piece is small. Falls back to memcpy without a vector ISA.
 void copy_streaming(void* dst, const void* src, size_t bytes);
 
+namespace detail {
+// bytes in [sizeof(Word), 2 * sizeof(Word)]: the first and the last Word, both loaded first.
+template <typename Word>
+inline void copy_two_words(unsigned char* to, const unsigned char* from, size_t bytes) {
+  Word head;
+  Word tail;
+  std::memcpy(&head, from, sizeof(Word));
+  std::memcpy(&tail, from + bytes - sizeof(Word), sizeof(Word));
+  std::memcpy(to, &head, sizeof(Word));
+  std::memcpy(to + bytes - sizeof(Word), &tail, sizeof(Word));
+}
+}  // namespace detail
+
 // memcpy of a few bytes (a small collective's payload), inline: 4 to 16 bytes take two
 // overlapping loads and two stores instead of a call into the C library (about 25 instructions
 // per copy, several per collective). dst and src may overlap.
@@ -68,19 +81,9 @@ inline void copy_small(void* dst, const void* src, size_t bytes) {
   auto* to = static_cast<unsigned char*>(dst);
   const auto* from = static_cast<const unsigned char*>(src);
   if (bytes >= 8 && bytes <= 16) {
-    uint64_t head;
-    uint64_t tail;
-    std::memcpy(&head, from, 8);
-    std::memcpy(&tail, from + bytes - 8, 8);
-    std::memcpy(to, &head, 8);
-    std::memcpy(to + bytes - 8, &tail, 8);
+    detail::copy_two_words<uint64_t>(to, from, bytes);
   } else if (bytes >= 4 && bytes < 8) {
-    uint32_t head;
-    uint32_t tail;
-    std::memcpy(&head, from, 4);
-    std::memcpy(&tail, from + bytes - 4, 4);
-    std::memcpy(to, &head, 4);
-    std::memcpy(to + bytes - 4, &tail, 4);
+    detail::copy_two_words<uint32_t>(to, from, bytes);
   } else if (bytes > 0) {
     std::memmove(dst, src, bytes);
   }
