@@ -103,8 +103,10 @@ ThreadStreams& owned_thread_streams() {
   return mine;
 }
 
-const std::shared_ptr<npu::detail::StreamImpl>& thread_stream_slot(int device) {
-  return owned_thread_streams().streams[static_cast<size_t>(device)];
+// The calling thread's current stream of `device` (already resolved): its own, or the default.
+const std::shared_ptr<npu::detail::StreamImpl>& thread_current_stream(int device) {
+  const auto& own = owned_thread_streams().streams[static_cast<size_t>(device)];
+  return own ? own : device_state(device).default_stream;
 }
 
 void set_thread_stream(int device, std::shared_ptr<npu::detail::StreamImpl> stream) {
@@ -199,11 +201,10 @@ namespace {
 
 [[gnu::noinline]] npu::detail::StreamImpl& look_up_current_stream(int device) {
   const int resolved = resolve_device(device);
-  ThreadStreams& mine = owned_thread_streams();
-  const auto index = static_cast<size_t>(resolved);
-  npu::detail::StreamImpl* stream =
-      mine.streams[index] ? mine.streams[index].get() : device_state(resolved).default_stream.get();
-  mine.current[index] = stream;  // streams[index] or the immortal default stream: both outlive it
+  npu::detail::StreamImpl* stream = thread_current_stream(resolved).get();
+  // The thread's own stream (held by its slot until set_thread_stream clears this) or the
+  // immortal default stream: both outlive the cached pointer.
+  owned_thread_streams().current[static_cast<size_t>(resolved)] = stream;
   return *stream;
 }
 
@@ -225,10 +226,7 @@ npu::detail::StreamImpl& current_stream_impl(int device) {
 namespace shmccl::npu {
 
 Stream current_stream(int device) {
-  const int resolved = device::resolve_device(device);
-  auto& slot = device::thread_stream_slot(resolved);
-  if (slot) return Stream(slot);
-  return Stream(device::device_state(resolved).default_stream);
+  return Stream(device::thread_current_stream(device::resolve_device(device)));
 }
 
 void set_stream(const Stream& stream) {
