@@ -12,7 +12,7 @@ bool reduces(OpKind kind) {
 
 }  // namespace
 
-uint64_t call_hash(const OpPlan& plan, uint8_t inline_payload) {
+uint64_t call_hash(const OpPlan& plan, transport::Transfer transfer) {
   uint64_t hash = 0xcbf29ce484222325ull;
   auto mix = [&hash](uint64_t value) {
     hash ^= value;
@@ -21,7 +21,7 @@ uint64_t call_hash(const OpPlan& plan, uint8_t inline_payload) {
   };
   mix(static_cast<uint64_t>(plan.kind) |
       (static_cast<uint64_t>(static_cast<uint8_t>(plan.dtype)) << 8) |
-      (static_cast<uint64_t>(inline_payload) << 16));
+      (static_cast<uint64_t>(transfer) << 16));
   mix(static_cast<uint64_t>(plan.row_elements));
   mix(static_cast<uint64_t>(plan.num_splits));
   if (reduces(plan.kind)) mix(static_cast<uint64_t>(plan.reduce_op));
@@ -37,11 +37,11 @@ uint64_t call_hash(const OpPlan& plan, uint8_t inline_payload) {
   return hash;
 }
 
-void CallCache::refill(const OpPlan& plan, uint8_t inline_payload) {
+void CallCache::refill(const OpPlan& plan, transport::Transfer transfer) {
   kind_ = plan.kind;
   dtype_ = plan.dtype;
   reduce_op_ = plan.reduce_op;
-  inline_payload_ = inline_payload;
+  transfer_ = transfer;
   root_ = plan.root;
   name_ = plan.name;
   input_numel_ = plan.input_numel();
@@ -50,7 +50,7 @@ void CallCache::refill(const OpPlan& plan, uint8_t inline_payload) {
   num_splits_ = plan.num_splits;
   for (int r = 0; r < plan.num_splits; ++r)
     splits_[static_cast<size_t>(r)] = plan.splits[static_cast<size_t>(r)];
-  hash_ = call_hash(plan, inline_payload);
+  hash_ = call_hash(plan, transfer);
   ++id_;
 }
 

@@ -8,7 +8,7 @@
 // recorder_overhead_bench.cc measures both).
 //
 // The call's hash covers exactly what every rank must agree on (op, dtype, reduce op, root, the
-// sizes that are common to all ranks, the split sizes, and whether the data travels inline); a
+// sizes that are common to all ranks, the split sizes, and how the data travels); a
 // collective's fingerprint is that hash plus its sequence number. The remembered fields are a
 // superset (a rank's own sizes too), so a call equal to the remembered one has the same hash.
 // Ranks compare the fingerprints of one sequence number, which are equal exactly when the hashes
@@ -26,16 +26,16 @@ namespace shmccl::collectives {
 
 // A sequence-free hash of the fields every rank must agree on (different calls collide with
 // probability about 2^-64).
-uint64_t call_hash(const OpPlan& plan, uint8_t inline_payload);
+uint64_t call_hash(const OpPlan& plan, transport::Transfer transfer);
 
 class CallCache {
  public:
-  // Makes `plan` (travelling inline as `inline_payload` says: see OpDescriptor) the remembered
+  // Makes `plan` (its data travelling as `transfer` says) the remembered
   // call; true when it already was (same fields). Then hash() and id() describe it.
-  bool remember(const OpPlan& plan, uint8_t inline_payload) {
-    if (same(plan, inline_payload)) [[likely]]
+  bool remember(const OpPlan& plan, transport::Transfer transfer) {
+    if (same(plan, transfer)) [[likely]]
       return true;
-    refill(plan, inline_payload);
+    refill(plan, transfer);
     return false;
   }
   uint64_t hash() const { return hash_; }
@@ -48,14 +48,14 @@ class CallCache {
   void set_descriptor_call(int parity, uint64_t id) { descriptor_call_[parity] = id; }
 
  private:
-  bool same(const OpPlan& plan, uint8_t inline_payload) const;
-  void refill(const OpPlan& plan, uint8_t inline_payload);
+  bool same(const OpPlan& plan, transport::Transfer transfer) const;
+  void refill(const OpPlan& plan, transport::Transfer transfer);
 
   // The remembered call.
   transport::OpKind kind_ = transport::OpKind::kNone;
   ScalarType dtype_ = kUInt8;
   ReduceOp reduce_op_ = ReduceOp::SUM;
-  uint8_t inline_payload_ = 0;
+  transport::Transfer transfer_ = transport::Transfer::kArenas;
   int root_ = 0;
   const char* name_ = nullptr;
   int64_t input_numel_ = -1;
@@ -69,10 +69,10 @@ class CallCache {
   uint64_t descriptor_call_[2] = {0, 0};
 };
 
-inline bool CallCache::same(const OpPlan& plan, uint8_t inline_payload) const {
+inline bool CallCache::same(const OpPlan& plan, transport::Transfer transfer) const {
   // Non-short-circuit `&`: independent compares, one branch.
   bool equal = (plan.kind == kind_) & (plan.dtype == dtype_) & (plan.reduce_op == reduce_op_) &
-               (inline_payload == inline_payload_) & (plan.root == root_) & (plan.name == name_) &
+               (transfer == transfer_) & (plan.root == root_) & (plan.name == name_) &
                (plan.input_numel() == input_numel_) & (plan.output_numel() == output_numel_) &
                (plan.row_elements == row_elements_) & (plan.num_splits == num_splits_);
   if (!equal) return false;

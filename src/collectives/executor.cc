@@ -10,6 +10,7 @@
 #include "collectives/flight_recorder.h"
 #include "collectives/host_pipeline.h"
 #include "collectives/host_staging.h"
+#include "collectives/pull_broadcast.h"
 #include "core/check.h"
 #include "core/config.h"
 #include "core/logging.h"
@@ -238,6 +239,8 @@ std::string describe(const OpDescriptor& descriptor) {
   }
   if (descriptor.kind == OpKind::kBroadcast) out << ", src=" << descriptor.root;
   out << ", input_numel=" << descriptor.input_numel << ", output_numel=" << descriptor.output_numel;
+  // Only a pull differs from what the sizes imply (SHMCCL_PULL_BROADCAST_RANKS may differ).
+  if (descriptor.transfer == static_cast<uint8_t>(transport::Transfer::kPull)) out << ", pull";
   const int splits = std::clamp(descriptor.num_splits, 0, transport::kMaxRanks);
   if (splits > 0) {
     out << ", splits=[";
@@ -283,6 +286,7 @@ RemoteError mismatch(const char* call, int rank, const OpDescriptor& mine, int p
 // finish could not see, so that a mismatch is reported on this rank too, one call late.
 void settle_early_finish(detail::GroupState& state, const OpPlan& plan) {
   const uint64_t early = state.early_finished();
+  const int pull_root = state.early_pull_root();
   state.set_early_finished(0);
   transport::GroupTransport& transport = state.transport();
   const int size = transport.size();
@@ -302,16 +306,29 @@ void settle_early_finish(detail::GroupState& state, const OpPlan& plan) {
       });
   // Collective `early` is still in its half of every slot: no rank writes that half again before
   // this rank arrives at the next collective.
-  if (plan.sequence != early + 1) return;
-  const int parity = static_cast<int>(early & 1);
-  const transport::RankSlot& mine = transport.slot(transport.rank());
-  for (int r = 0; r < size; ++r) {
-    const transport::RankSlot& slot = transport.slot(r);
-    if (slot.arrivals[parity].fingerprint != mine.arrivals[parity].fingerprint) [[unlikely]] {
-      throw mismatch("the previous collective", transport.rank(), mine.descriptors[parity], r,
-                     slot.descriptors[parity]);
+  if (plan.sequence == early + 1) {
+    const int parity = static_cast<int>(early & 1);
+    const transport::RankSlot& mine = transport.slot(transport.rank());
+    for (int r = 0; r < size; ++r) {
+      const transport::RankSlot& slot = transport.slot(r);
+      if (slot.arrivals[parity].fingerprint != mine.arrivals[parity].fingerprint) [[unlikely]] {
+        throw mismatch("the previous collective", transport.rank(), mine.descriptors[parity], r,
+                       slot.descriptors[parity]);
+      }
     }
   }
+  // A pull: the other receivers may still read the root's tensor (a rank that disagreed on the
+  // call never will: the check above reported it first). Waiting for them here names a receiver
+  // that stalls mid-copy on every rank, not only on the root.
+  if (pull_root < 0) return;
+  transport.wait_until(
+      [&] { return everyone_pulled(transport, pull_root, early); }, state.timeout(),
+      [&] {
+        return detail::concat(
+            "before ", plan.name, " (sequence ", plan.sequence, ", timeout ",
+            state.timeout().count(), " ms): ranks ", ranks_not_pulled(transport, pull_root, early),
+            " have not finished copying collective ", early, " from its source, rank ", pull_root);
+      });
 }
 
 // The collective itself (execute() adds tracing and failure handling around it). True when it
@@ -337,18 +354,23 @@ bool run(detail::GroupState& state, const OpPlan& plan) {
   const bool inline_payload = payload_bytes <= inline_limit();
   // Tiny payloads ride in the arrival line itself: one cache-line transfer per peer.
   const bool in_arrival_line = payload_bytes <= transport::kArrivalPayloadBytes;
-  const uint8_t inline_flag = inline_payload ? (in_arrival_line ? 2 : 1) : 0;
+  // A broadcast too large for the slots may pull instead (the same choice on every rank).
+  const bool pull = !inline_payload && pulls(plan, size);
+  const transport::Transfer transfer =
+      inline_payload
+          ? (in_arrival_line ? transport::Transfer::kArrivalLine : transport::Transfer::kInlineArea)
+          : (pull ? transport::Transfer::kPull : transport::Transfer::kArenas);
   // The call's fingerprint and descriptor: a call that repeats the last one (a training loop)
   // reuses its hash, and its full descriptor when this half of the slot already holds it.
   collectives::CallCache& calls = state.calls();
   TraceRing* trace = plan.async_op ? nullptr : state.trace();
   uint64_t fingerprint = sequence;
-  if (state.mismatch_check_active() || trace != nullptr) calls.remember(plan, inline_flag);
+  if (state.mismatch_check_active() || trace != nullptr) calls.remember(plan, transfer);
   if (state.mismatch_check_active()) [[likely]] {
     fingerprint += calls.hash();
     if (calls.descriptor_call(parity) != calls.id()) {
       fill_descriptor(plan, descriptor);
-      descriptor.inline_payload = inline_flag;
+      descriptor.transfer = static_cast<uint8_t>(transfer);
       calls.set_descriptor_call(parity, calls.id());
     } else {
       descriptor.sequence = sequence;
@@ -357,7 +379,10 @@ bool run(detail::GroupState& state, const OpPlan& plan) {
     descriptor.sequence = sequence;
     calls.set_descriptor_call(parity, 0);
   }
-  const Needs needs = inline_payload ? inline_needs(plan, rank) : Needs::kEveryone;
+  // A pull's receivers need the root alone (unless it has no arena to offer: see below).
+  Needs needs = inline_payload              ? inline_needs(plan, rank)
+                : pull && rank != plan.root ? Needs::kRoot
+                                            : Needs::kEveryone;
 
   if (inline_payload) {
     algorithm.stage_inline(plan, rank,
@@ -391,7 +416,6 @@ bool run(detail::GroupState& state, const OpPlan& plan) {
   // single total order (Dekker with sleepers and with a racing last arrival): this fence makes the
   // release store above act as the seq_cst store they pair with.
   detail::fence(std::memory_order_seq_cst);
-  fault::point(fault::Point::kAfterArrival, me, sequence);
   auto arrived = [&](int r) {
     return transport.slot(r).arrivals[parity].sequence.load(std::memory_order_seq_cst) == sequence;
   };
@@ -408,14 +432,19 @@ bool run(detail::GroupState& state, const OpPlan& plan) {
   if ((plan.kind == OpKind::kBroadcast && rank == plan.root) || everyone_arrived()) {
     transport.notify();
   }
+  // (After the wake-up: a rank that stalls here has arrived completely, sleepers included.)
+  fault::point(fault::Point::kAfterArrival, me, sequence);
 
   const auto timeout = state.timeout();
-  if (needs == Needs::kEveryone) {
+  auto wait_for_everyone = [&] {
     transport.wait_until(everyone_arrived, timeout, [&] {
       return detail::concat("in ", plan.name, " (sequence ", sequence, ", timeout ",
                             state.timeout().count(), " ms): ranks ",
                             transport::late_ranks(transport, sequence), " have not called it");
     });
+  };
+  if (needs == Needs::kEveryone) {
+    wait_for_everyone();
   } else if (needs == Needs::kRoot) {
     transport.wait_until([&] { return arrived(plan.root); }, timeout,
                          [&] {
@@ -429,18 +458,28 @@ bool run(detail::GroupState& state, const OpPlan& plan) {
   ExecContext context(transport, plan, rank, size, chunk_bytes());
   static const uint64_t streaming_bytes = config::get_bytes("SHMCCL_STREAMING_BYTES");
   context.streaming = !inline_payload && output_bytes(plan, size) >= streaming_bytes;
-  for (int r = 0; r < size; ++r) {
-    const transport::RankSlot& slot = transport.slot(r);
-    // An early finish checks the ranks that are there; the next collective checks the rest.
-    if (needs != Needs::kEveryone && !arrived(r)) continue;
-    if (slot.arrivals[parity].fingerprint != arrival.fingerprint) [[unlikely]] {
-      throw mismatch(plan.name, rank, descriptor, r, slot.descriptors[parity]);
+  auto check_arrived_calls = [&] {
+    for (int r = 0; r < size; ++r) {
+      const transport::RankSlot& slot = transport.slot(r);
+      // An early finish checks the ranks that are there; the next collective checks the rest.
+      if (needs != Needs::kEveryone && !arrived(r)) continue;
+      if (slot.arrivals[parity].fingerprint != arrival.fingerprint) [[unlikely]] {
+        throw mismatch(plan.name, rank, descriptor, r, slot.descriptors[parity]);
+      }
+      context.descriptors[r] = &slot.descriptors[parity];
+      context.payloads[r] =
+          in_arrival_line ? slot.arrivals[parity].payload : slot.inline_data[parity];
     }
-    context.descriptors[r] = &slot.descriptors[parity];
-    context.payloads[r] =
-        in_arrival_line ? slot.arrivals[parity].payload : slot.inline_data[parity];
+  };
+  check_arrived_calls();
+  // The root of a pull has its tensor on the host: every rank takes the host pipeline instead.
+  const bool pulling = pull && root_offers_arena(context);
+  if (pull && !pulling && needs == Needs::kRoot) {
+    needs = Needs::kEveryone;
+    wait_for_everyone();
+    check_arrived_calls();
   }
-  if (needs != Needs::kEveryone) state.set_early_finished(sequence);
+  if (needs != Needs::kEveryone) state.set_early_finished(sequence, pulling ? plan.root : -1);
   fault::point(fault::Point::kBeforeCopy, me, sequence);
   if (inline_payload) {
     algorithm.finish_inline(context);
@@ -448,7 +487,14 @@ bool run(detail::GroupState& state, const OpPlan& plan) {
   } else {
     // Work-pool collectives are long enough to afford precise times.
     if (state.trace() != nullptr && !plan.async_op) state.trace()->started(sequence);
-    if (uses_host_pipeline(context)) {
+    if (pulling) {
+      if (rank == plan.root) {
+        fault::point(fault::Point::kMidCopy, me, sequence);  // (it copies nothing)
+        wait_for_pulls(state, context, timeout);
+      } else {
+        pull_from_root(context, me);
+      }
+    } else if (uses_host_pipeline(context)) {
       run_host_pipeline(state, context, timeout);
     } else {
       run_pool(state, context, algorithm, timeout);

@@ -92,7 +92,12 @@ class GroupState {
   // fingerprint. Only between collectives, on every rank alike; never in a real program.
   void set_mismatch_check_active(bool active) { mismatch_check_ = active; }
   bool mismatch_check_active() const { return mismatch_check_; }
-  void set_early_finished(uint64_t sequence) { early_finished_ = sequence; }
+  // `pull_root`: the root of the pull broadcast that finished early, -1 for other collectives.
+  void set_early_finished(uint64_t sequence, int pull_root = -1) {
+    early_finished_ = sequence;
+    early_pull_root_ = pull_root;
+  }
+  int early_pull_root() const { return early_pull_root_; }
 
  private:
   std::unique_ptr<transport::GroupTransport> transport_;
@@ -114,6 +119,7 @@ class GroupState {
   collectives::TraceRing* active_trace_ = nullptr;  // trace_, or nullptr while suspended
   uint64_t executing_sequence_ = 0;
   uint64_t early_finished_ = 0;
+  int early_pull_root_ = -1;
   collectives::CallCache calls_;
   bool mismatch_check_ = true;
 };

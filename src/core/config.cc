@@ -36,6 +36,10 @@ constexpr std::array kSettings = {
     Setting{"SHMCCL_INLINE_BYTES", Kind::kBytes, "16K",
             "largest per-rank payload sent through the control block's slots instead of the "
             "zero-copy work pool (at most 16K)"},
+    Setting{"SHMCCL_PULL_BROADCAST_RANKS", Kind::kInt, "3",
+            "broadcasts too large to travel inline have each receiver copy from the root's "
+            "tensor, in groups of at least this many ranks (smaller groups split the copies "
+            "between all ranks; 0: never); every rank must use the same value"},
     Setting{"SHMCCL_HOST_WINDOW_BYTES", Kind::kBytes, "512K",
             "host tensors of collectives that do not travel inline are staged through 4 slots "
             "of this many bytes per rank and group, in pipelined windows (at least 4K)"},

@@ -40,7 +40,7 @@ inline constexpr int kMaxRanks = 64;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr size_t kInlineBytes = 16 * 1024;  // small-collective payload per slot and parity
 inline constexpr uint64_t kControlMagic = 0x73686d63636c4342ull;  // "shmcclCB"
-inline constexpr uint32_t kControlVersion = 4;
+inline constexpr uint32_t kControlVersion = 5;
 
 // A buffer one rank exposes for one collective: where it lives in its owner's device arena.
 // arena.pid == 0 means "no buffer".
@@ -63,12 +63,21 @@ enum class OpKind : uint8_t {
 
 // What a rank called: compared across ranks before any data moves (mismatch detection) and
 // printed on both sides when they disagree.
+// How a collective's data travels; every rank derives it from the call alone (and the
+// fingerprint covers it), so all take the same path.
+enum class Transfer : uint8_t {
+  kArenas = 0,       // the work pool over peers' arenas, or the host-staging pipeline
+  kInlineArea = 1,   // the slots' inline areas
+  kArrivalLine = 2,  // the arrival lines themselves (a few dozen bytes)
+  kPull = 3,         // a broadcast's receivers copy from the root's arena (pull_broadcast.h)
+};
+
 struct OpDescriptor {
   uint64_t sequence;
   OpKind kind;
   uint8_t dtype;
   uint8_t reduce_op;
-  uint8_t inline_payload;  // 1: data travels in the slot's inline area, not through arenas
+  uint8_t transfer;  // a Transfer: how the data travels (part of the call's fingerprint)
   int32_t root;
   int64_t input_numel;
   int64_t output_numel;
@@ -113,7 +122,9 @@ struct alignas(kCacheLine) RankSlot {
   std::atomic<uint64_t> staged;
   std::atomic<uint64_t> reduced;
   std::atomic<uint64_t> consumed;
-  char padding0[kCacheLine - 40];
+  // The last pull broadcast this rank finished reading from its root (pull_broadcast.h).
+  std::atomic<uint64_t> pulled;
+  char padding0[kCacheLine - 48];
   OpDescriptor descriptors[2];
   alignas(kCacheLine) unsigned char inline_data[2][kInlineBytes];
 };

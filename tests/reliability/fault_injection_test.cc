@@ -288,6 +288,41 @@ INSTANTIATE_TEST_SUITE_P(Exit, FaultGrid,
                                             ::testing::Values(4), ::testing::Values(Action::kExit)),
                          grid_name);
 
+// Pull broadcasts (3+ ranks, past the inline sizes): receivers finish without waiting for each
+// other, the root waits for their reads. A receiver or the root dies or stalls while the others
+// copy; victim `world - 1` is a receiver (the root is rank 0) or the root itself.
+using PullParam = std::tuple<Point, int, Action, bool>;
+
+class PullBroadcastFaults : public ::testing::TestWithParam<PullParam> {};
+
+TEST_P(PullBroadcastFaults, SurvivorsFailPromptlyNamingTheFaultyRank) {
+  if (!collectives::fault::compiled_in()) GTEST_SKIP() << "built without SHMCCL_FAULT_INJECTION";
+  const auto [point, world, action, victim_is_root] = GetParam();
+  Trial trial;
+  trial.world = world;
+  trial.point = point;
+  trial.action = action;
+  trial.victim = world - 1;
+  trial.sequence = 3;
+  trial.op = grid_op(point, world, 3);
+  ASSERT_EQ(trial.op.op, testing::RandomOp::kBroadcast);
+  trial.op.root = victim_is_root ? world - 1 : 0;
+  run_trial(trial);
+}
+
+std::string pull_name(const ::testing::TestParamInfo<PullParam>& info) {
+  const auto [point, world, action, victim_is_root] = info.param;
+  return str(collectives::fault::point_name(point), "_", world, "ranks_",
+             collectives::fault::action_name(action), victim_is_root ? "_root" : "_receiver");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Points, PullBroadcastFaults,
+    ::testing::Combine(::testing::Values(Point::kAfterArrival, Point::kMidCopy),
+                       ::testing::Values(3, 8), ::testing::Values(Action::kKill, Action::kStall),
+                       ::testing::Bool()),
+    pull_name);
+
 int64_t env_or(const char* name, int64_t fallback) {
   const char* value = std::getenv(name);
   return value != nullptr && *value != '\0' ? std::atoll(value) : fallback;

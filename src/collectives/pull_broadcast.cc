@@ -1,0 +1,92 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+#include "collectives/pull_broadcast.h"
+
+#include <algorithm>
+
+#include "collectives/fault_injection.h"
+#include "core/config.h"
+#include "core/logging.h"
+#include "core/memory_order.h"
+
+namespace shmccl::collectives {
+namespace {
+
+uint64_t pulled(const transport::RankSlot& slot) {
+  return slot.pulled.load(std::memory_order_acquire);
+}
+
+// Marks this rank done reading `sequence`; the receiver that completes the set wakes the root
+// (and anyone else asleep on the group's word).
+void mark_pulled(transport::GroupTransport& transport, int root, uint64_t sequence) {
+  // Release: this rank's reads of the root's tensor happen-before the root's return.
+  detail::release_to_peers();
+  transport.slot(transport.rank())
+      .pulled.store(sequence, detail::kThreadSanitizer ? std::memory_order_seq_cst
+                                                       : std::memory_order_release);
+  // The store, then the reads of the others' marks and of notify()'s sleeper count, in the
+  // single total order: of two receivers finishing together, at least one sees the other.
+  detail::fence(std::memory_order_seq_cst);
+  if (everyone_pulled(transport, root, sequence)) transport.notify();
+}
+
+}  // namespace
+
+bool pulls(const OpPlan& plan, int size) {
+  static const int64_t from_ranks = config::get_int("SHMCCL_PULL_BROADCAST_RANKS");
+  return plan.kind == transport::OpKind::kBroadcast && from_ranks > 0 && size >= from_ranks &&
+         size > 1;
+}
+
+bool root_offers_arena(const ExecContext& context) {
+  return (context.descriptors[context.plan.root]->host_sides & transport::kHostInput) == 0;
+}
+
+bool everyone_pulled(const transport::GroupTransport& transport, int root, uint64_t sequence) {
+  for (int r = 0; r < transport.size(); ++r) {
+    if (r != root && pulled(transport.slot(r)) < sequence) return false;
+  }
+  return true;
+}
+
+std::string ranks_not_pulled(const transport::GroupTransport& transport, int root,
+                             uint64_t sequence) {
+  return transport::ranks_below(transport, sequence, pulled, root);
+}
+
+void pull_from_root(const ExecContext& context, int fault_rank) {
+  const OpPlan& plan = context.plan;
+  const uint64_t sequence = plan.sequence;
+  const uint64_t bytes = plan.input().nbytes();
+  try {
+    // The size comes from the (agreed) plan; resolve() checks it against the root's arena.
+    const char* source = context.transport.resolve(context.descriptors[plan.root]->input, bytes);
+    char* destination = static_cast<char*>(plan.output().data_ptr());
+    for (uint64_t offset = 0; offset < bytes; offset += context.chunk_bytes) {
+      context.copy(destination + offset, source + offset,
+                   std::min<uint64_t>(context.chunk_bytes, bytes - offset));
+      if (offset == 0) fault::point(fault::Point::kMidCopy, fault_rank, sequence);
+    }
+  } catch (...) {
+    // This rank reads no more: the root need not wait for it (it reports its own error).
+    mark_pulled(context.transport, plan.root, sequence);
+    throw;
+  }
+  mark_pulled(context.transport, plan.root, sequence);
+}
+
+void wait_for_pulls(detail::GroupState& state, const ExecContext& context,
+                    std::chrono::milliseconds timeout) {
+  transport::GroupTransport& transport = context.transport;
+  const OpPlan& plan = context.plan;
+  const uint64_t sequence = plan.sequence;
+  transport.wait_until([&] { return everyone_pulled(transport, plan.root, sequence); }, timeout,
+                       [&] {
+                         return detail::concat(
+                             "in ", plan.name, " (sequence ", sequence, ", timeout ",
+                             state.timeout().count(), " ms): ranks ",
+                             ranks_not_pulled(transport, plan.root, sequence),
+                             " have not finished copying from the source, rank ", plan.root);
+                       });
+}
+
+}  // namespace shmccl::collectives

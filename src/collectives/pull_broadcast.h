@@ -1,0 +1,53 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// Pull broadcast: past the inline sizes, each receiver copies the root's tensor straight from the
+// root's arena into its own output (NPU or host), and the root only waits until every receiver
+// has finished reading (its tensor must stay untouched until then). A receiver waits for the root
+// alone, never for the other receivers. When ranks outnumber cores that is the difference: the
+// work pool cannot start before every rank has arrived, so each of its ranks waits for a
+// scheduling round of all its peers, while a receiver here copies as soon as it runs after the
+// root. When every rank has a core, the work pool's split of the copies between all ranks wins
+// (the root copies too): broadcasts pull from SHMCCL_PULL_BROADCAST_RANKS ranks up.
+//
+// Every rank derives the choice from the call and the group size (Transfer::kPull, covered by
+// the fingerprint, so ranks configured differently get a mismatch, not a hang). A root whose
+// tensor is on the host has no arena to read from: the others see that in its descriptor and
+// all run the host-staging pipeline instead.
+//
+// Receivers finish early (they need the root's arrival only); like other early finishes, their
+// next collective first waits until every rank arrived here (executor.cc), and, for a pull, until
+// every receiver finished reading, so that a receiver stalled mid-copy is named by all.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "collectives/group_state.h"
+#include "collectives/op_plan.h"
+
+namespace shmccl::collectives {
+
+// True when broadcast `plan`, too large to travel inline, pulls in a group of `size` ranks.
+bool pulls(const OpPlan& plan, int size);
+
+// True when the root's descriptor (every rank has arrived or the root has) offers its tensor in
+// an arena, so the pull can run; else the collective takes the host-staging pipeline.
+bool root_offers_arena(const ExecContext& context);
+
+// Receiver: copies the root's tensor into this rank's output, then marks it read. `fault_rank`
+// is the global rank fault injection knows this process by.
+void pull_from_root(const ExecContext& context, int fault_rank);
+
+// Root: waits until every receiver has read its tensor (TimeoutError naming the others, or
+// RemoteError when one dies).
+void wait_for_pulls(detail::GroupState& state, const ExecContext& context,
+                    std::chrono::milliseconds timeout);
+
+// True when every rank but `root` has finished reading broadcast `sequence`.
+bool everyone_pulled(const transport::GroupTransport& transport, int root, uint64_t sequence);
+// The receivers that have not, as "1, 3" (for error messages).
+std::string ranks_not_pulled(const transport::GroupTransport& transport, int root,
+                             uint64_t sequence);
+
+}  // namespace shmccl::collectives

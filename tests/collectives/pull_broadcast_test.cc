@@ -1,0 +1,132 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// Pull broadcasts (collectives/pull_broadcast.h): a receiver needs the root alone, the root
+// returns only once every receiver has read its tensor, and ranks that disagree on the path get
+// a mismatch instead of a hang. (Results for every placement: host_staging_test.cc; faults:
+// reliability/fault_injection_test.cc.)
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <vector>
+
+#include "core/config.h"
+#include "multiprocess.h"
+
+namespace shmccl {
+namespace {
+
+using testing::require;
+using testing::str;
+
+constexpr int64_t kElements = 256 * 1024;  // 1 MiB of int32: far past the inline sizes
+
+std::vector<int32_t> pattern(int salt) {
+  std::vector<int32_t> values(static_cast<size_t>(kElements));
+  for (size_t i = 0; i < values.size(); ++i)
+    values[i] = static_cast<int32_t>(i * 7 + static_cast<size_t>(salt));
+  return values;
+}
+
+// Reads one byte per rank in `count` from `fd`; false if they do not all come within 20 s.
+bool read_tokens(int fd, int count) {
+  for (int i = 0; i < count; ++i) {
+    pollfd ready{fd, POLLIN, 0};
+    char token = 0;
+    if (poll(&ready, 1, 20000) != 1 || read(fd, &token, 1) != 1) return false;
+  }
+  return true;
+}
+
+// The last rank calls the broadcast only after every other receiver has returned from it: they
+// must not wait for it. The root returns only after the last rank has read its tensor: it
+// overwrites the tensor at once, and the last rank must still receive the original.
+TEST(PullBroadcastTest, ReceiversDoNotWaitForEachOtherAndTheRootWaitsForAll) {
+  for (int world : {3, 4, 8}) {
+    int done_pipe[2];
+    ASSERT_EQ(pipe(done_pipe), 0);
+    auto results = testing::run_ranks(world, [&](const testing::RankContext& ctx) {
+      npu::set_device(ctx.rank % 8);
+      ctx.init();
+      const int last = ctx.world - 1;
+      Tensor tensor =
+          ctx.rank == 0 ? from_vector<int32_t>(pattern(1)).npu() : zeros({kElements}, kInt32).npu();
+      if (ctx.rank == last) {
+        require(read_tokens(done_pipe[0], ctx.world - 2),
+                "the other receivers did not finish before the last rank called the broadcast");
+      }
+      broadcast(tensor, 0);
+      if (ctx.rank == 0) {
+        tensor.fill_(-1);
+      } else {
+        require(tensor.cpu().to_vector<int32_t>() == pattern(1),
+                str("rank ", ctx.rank, " received wrong data"));
+        if (ctx.rank != last) require(write(done_pipe[1], "x", 1) == 1, "pipe write");
+      }
+      barrier();
+    });
+    close(done_pipe[0]);
+    close(done_pipe[1]);
+    EXPECT_TRUE(testing::all_ranks_succeeded(results)) << world << " ranks";
+  }
+}
+
+// Repeated pulls from every root into NPU and host outputs, async and not, with other
+// collectives in between (a receiver's early finish is settled by the next collective).
+TEST(PullBroadcastTest, EveryRootRepeatedlyWithOtherCollectivesBetween) {
+  for (int world : {3, 8}) {
+    auto results = testing::run_ranks(world, [](const testing::RankContext& ctx) {
+      npu::set_device(ctx.rank % 8);
+      ctx.init();
+      int salt = 0;
+      for (int round = 0; round < 3; ++round) {
+        for (int root = 0; root < ctx.world; ++root) {
+          ++salt;
+          const bool host = (ctx.rank + round) % 3 == 0 && ctx.rank != root;
+          Tensor tensor =
+              ctx.rank == root
+                  ? from_vector<int32_t>(pattern(salt)).npu()
+                  : zeros({kElements}, kInt32, host ? Device::cpu() : Device::npu(ctx.rank % 8));
+          broadcast(tensor, root, nullptr, salt % 2 == 0)->wait();
+          require(tensor.cpu().to_vector<int32_t>() == pattern(salt),
+                  str("broadcast from ", root, " round ", round, " on rank ", ctx.rank));
+          if (root % 2 == 1) {
+            Tensor sum = full({4}, 1, kInt32).npu();
+            all_reduce(sum);
+            require(sum.cpu().to_vector<int32_t>() == std::vector<int32_t>(4, ctx.world),
+                    "all_reduce between broadcasts");
+          }
+        }
+      }
+    });
+    EXPECT_TRUE(testing::all_ranks_succeeded(results)) << world << " ranks";
+  }
+}
+
+// Rank 0 is configured not to pull: every rank gets a mismatch naming the two paths (rank 2,
+// which needs only the root and agrees with it, from its next collective).
+TEST(PullBroadcastTest, RanksConfiguredDifferentlyGetAMismatch) {
+  auto results = testing::run_ranks(3, [](const testing::RankContext& ctx) {
+    if (ctx.rank == 0) setenv("SHMCCL_PULL_BROADCAST_RANKS", "0", 1);
+    config::reload();
+    npu::set_device(ctx.rank);
+    ctx.init();
+    Tensor tensor = zeros({kElements}, kInt32).npu();
+    try {
+      broadcast(tensor, 1);
+      barrier();
+    } catch (const RemoteError& error) {
+      const std::string text = error.what();
+      require(text.find("collective mismatch") != std::string::npos &&
+                  text.find(", pull)") != std::string::npos,
+              "unexpected error: " + text);
+      return;
+    }
+    throw testing::RequirementFailed("no mismatch error");
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+}
+
+}  // namespace
+}  // namespace shmccl
