@@ -12,6 +12,7 @@
 #     --plots DIR       the PNGs (default: docs/plots for a full run, OUT/plots for --quick)
 #     --no-plots        no PNGs
 #     --filter REGEX    which shmccl benchmarks to run (default: all of them)
+#     --peer-filter REGEX   which MPI benchmarks to run (theirs are named BM_<Op>/host/sync/...)
 #     --no-peers        shmccl only
 #     --no-bind         do not bind ranks to cores (by default every library's ranks are bound
 #                       to one core each when they fit, and left unbound when they outnumber cores)
@@ -25,7 +26,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
 
 original=("$@")
-build=build ranks=() positional=() out="" plots="" no_plots=0 quick=0 filter="" peers=1 bind=1
+build=build ranks=() positional=() out="" plots="" no_plots=0 quick=0 filter="" peer_filter=""
+peers=1 bind=1
 timeout_s=900
 method=()
 while [ $# -gt 0 ]; do
@@ -37,6 +39,7 @@ while [ $# -gt 0 ]; do
     --plots) plots=$2; shift ;;
     --no-plots) no_plots=1 ;;
     --filter) filter=$2; shift ;;
+    --peer-filter) peer_filter=$2; shift ;;
     --no-peers) peers=0 ;;
     --no-bind) bind=0 ;;
     --max-bytes) method+=("--bench_max_bytes=$2"); shift ;;
@@ -44,7 +47,7 @@ while [ $# -gt 0 ]; do
     --cutoff) method+=("--bench_cutoff=$2"); shift ;;
     --max-repetitions) method+=("--bench_max_repetitions=$2"); shift ;;
     --timeout) timeout_s=$2; shift ;;
-    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
     *) positional+=("$1") ;;
   esac
@@ -140,12 +143,14 @@ for n in "${ranks[@]}"; do
     unset SHMCCL_BENCH_PIN
   fi
   [ $peers -eq 1 ] || continue
+  peer_args=()
+  [ -z "$peer_filter" ] || peer_args+=("--benchmark_filter=$peer_filter")
   if [ -x "$bench/shmccl_peer_openmpi_bench" ] && command -v mpirun.openmpi >/dev/null; then
     run "openmpi-$n" "${openmpi_run[@]}" "${openmpi_bind[@]}" -np "$n" \
-      "$bench/shmccl_peer_openmpi_bench"
+      "$bench/shmccl_peer_openmpi_bench" "${peer_args[@]}"
   fi
   if [ -x "$bench/shmccl_peer_mpich_bench" ] && command -v mpiexec.mpich >/dev/null; then
-    run "mpich-$n" "${mpich_run[@]}" "${mpich_bind[@]}" -n "$n" "$bench/shmccl_peer_mpich_bench"
+    run "mpich-$n" "${mpich_run[@]}" "${mpich_bind[@]}" -n "$n" "$bench/shmccl_peer_mpich_bench" "${peer_args[@]}"
   fi
 done
 echo "benchmarks took $(( ($(date +%s) - started) / 60 )) min" >&2

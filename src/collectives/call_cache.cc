@@ -38,14 +38,11 @@ uint64_t call_hash(const OpPlan& plan, transport::Transfer transfer) {
 }
 
 void CallCache::refill(const OpPlan& plan, transport::Transfer transfer) {
-  kind_ = plan.kind;
   dtype_ = plan.dtype;
   reduce_op_ = plan.reduce_op;
-  transfer_ = transfer;
   root_ = plan.root;
   name_ = plan.name;
   input_numel_ = plan.input_numel();
-  output_numel_ = plan.output_numel();
   row_elements_ = plan.row_elements;
   num_splits_ = plan.num_splits;
   for (int r = 0; r < plan.num_splits; ++r)

@@ -33,7 +33,7 @@ class CallCache {
   // Makes `plan` (its data travelling as `transfer` says) the remembered
   // call; true when it already was (same fields). Then hash() and id() describe it.
   bool remember(const OpPlan& plan, transport::Transfer transfer) {
-    if (same(plan, transfer)) [[likely]]
+    if (same(plan)) [[likely]]
       return true;
     refill(plan, transfer);
     return false;
@@ -48,18 +48,15 @@ class CallCache {
   void set_descriptor_call(int parity, uint64_t id) { descriptor_call_[parity] = id; }
 
  private:
-  bool same(const OpPlan& plan, transport::Transfer transfer) const;
+  bool same(const OpPlan& plan) const;
   void refill(const OpPlan& plan, transport::Transfer transfer);
 
   // The remembered call.
-  transport::OpKind kind_ = transport::OpKind::kNone;
   ScalarType dtype_ = kUInt8;
   ReduceOp reduce_op_ = ReduceOp::SUM;
-  transport::Transfer transfer_ = transport::Transfer::kArenas;
   int root_ = 0;
   const char* name_ = nullptr;
   int64_t input_numel_ = -1;
-  int64_t output_numel_ = -1;
   int64_t row_elements_ = 0;
   int num_splits_ = -1;
   std::array<int64_t, transport::kMaxRanks> splits_{};
@@ -69,11 +66,13 @@ class CallCache {
   uint64_t descriptor_call_[2] = {0, 0};
 };
 
-inline bool CallCache::same(const OpPlan& plan, transport::Transfer transfer) const {
-  // Non-short-circuit `&`: independent compares, one branch.
-  bool equal = (plan.kind == kind_) & (plan.dtype == dtype_) & (plan.reduce_op == reduce_op_) &
-               (transfer == transfer_) & (plan.root == root_) & (plan.name == name_) &
-               (plan.input_numel() == input_numel_) & (plan.output_numel() == output_numel_) &
+inline bool CallCache::same(const OpPlan& plan) const {
+  // Only what the others do not imply (a repeat is what the hot path sees, so each compare
+  // costs): the name identifies the API function and hence the op kind; the transfer follows
+  // from the sizes; every output size follows from the input's and the split sizes (which the
+  // API checked against the tensors). Non-short-circuit `&`: independent compares, one branch.
+  bool equal = (plan.name == name_) & (plan.dtype == dtype_) & (plan.reduce_op == reduce_op_) &
+               (plan.root == root_) & (plan.input_numel() == input_numel_) &
                (plan.row_elements == row_elements_) & (plan.num_splits == num_splits_);
   if (!equal) return false;
   for (int r = 0; r < plan.num_splits; ++r)

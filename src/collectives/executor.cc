@@ -436,16 +436,7 @@ bool run(detail::GroupState& state, const OpPlan& plan) {
   fault::point(fault::Point::kAfterArrival, me, sequence);
 
   const auto timeout = state.timeout();
-  auto wait_for_everyone = [&] {
-    transport.wait_until(everyone_arrived, timeout, [&] {
-      return detail::concat("in ", plan.name, " (sequence ", sequence, ", timeout ",
-                            state.timeout().count(), " ms): ranks ",
-                            transport::late_ranks(transport, sequence), " have not called it");
-    });
-  };
-  if (needs == Needs::kEveryone) {
-    wait_for_everyone();
-  } else if (needs == Needs::kRoot) {
+  if (needs == Needs::kRoot) {
     transport.wait_until([&] { return arrived(plan.root); }, timeout,
                          [&] {
                            return detail::concat(
@@ -453,32 +444,34 @@ bool run(detail::GroupState& state, const OpPlan& plan) {
                                state.timeout().count(), " ms): ranks ", plan.root,
                                " have not called it (its source, the rank it waits for)");
                          });
+    // The root of a pull has its tensor on the host: every rank takes the host pipeline
+    // instead. (A root that called something else fails the fingerprint check below.)
+    if (pull && !offers_arena(transport.slot(plan.root).descriptors[parity])) [[unlikely]]
+      needs = Needs::kEveryone;
+  }
+  if (needs == Needs::kEveryone) {
+    transport.wait_until(everyone_arrived, timeout, [&] {
+      return detail::concat("in ", plan.name, " (sequence ", sequence, ", timeout ",
+                            state.timeout().count(), " ms): ranks ",
+                            transport::late_ranks(transport, sequence), " have not called it");
+    });
   }
 
   ExecContext context(transport, plan, rank, size, chunk_bytes());
   static const uint64_t streaming_bytes = config::get_bytes("SHMCCL_STREAMING_BYTES");
   context.streaming = !inline_payload && output_bytes(plan, size) >= streaming_bytes;
-  auto check_arrived_calls = [&] {
-    for (int r = 0; r < size; ++r) {
-      const transport::RankSlot& slot = transport.slot(r);
-      // An early finish checks the ranks that are there; the next collective checks the rest.
-      if (needs != Needs::kEveryone && !arrived(r)) continue;
-      if (slot.arrivals[parity].fingerprint != arrival.fingerprint) [[unlikely]] {
-        throw mismatch(plan.name, rank, descriptor, r, slot.descriptors[parity]);
-      }
-      context.descriptors[r] = &slot.descriptors[parity];
-      context.payloads[r] =
-          in_arrival_line ? slot.arrivals[parity].payload : slot.inline_data[parity];
+  for (int r = 0; r < size; ++r) {
+    const transport::RankSlot& slot = transport.slot(r);
+    // An early finish checks the ranks that are there; the next collective checks the rest.
+    if (needs != Needs::kEveryone && !arrived(r)) continue;
+    if (slot.arrivals[parity].fingerprint != arrival.fingerprint) [[unlikely]] {
+      throw mismatch(plan.name, rank, descriptor, r, slot.descriptors[parity]);
     }
-  };
-  check_arrived_calls();
-  // The root of a pull has its tensor on the host: every rank takes the host pipeline instead.
-  const bool pulling = pull && root_offers_arena(context);
-  if (pull && !pulling && needs == Needs::kRoot) {
-    needs = Needs::kEveryone;
-    wait_for_everyone();
-    check_arrived_calls();
+    context.descriptors[r] = &slot.descriptors[parity];
+    context.payloads[r] =
+        in_arrival_line ? slot.arrivals[parity].payload : slot.inline_data[parity];
   }
+  const bool pulling = pull && offers_arena(*context.descriptors[plan.root]);
   if (needs != Needs::kEveryone) state.set_early_finished(sequence, pulling ? plan.root : -1);
   fault::point(fault::Point::kBeforeCopy, me, sequence);
   if (inline_payload) {

@@ -37,10 +37,6 @@ bool pulls(const OpPlan& plan, int size) {
          size > 1;
 }
 
-bool root_offers_arena(const ExecContext& context) {
-  return (context.descriptors[context.plan.root]->host_sides & transport::kHostInput) == 0;
-}
-
 bool everyone_pulled(const transport::GroupTransport& transport, int root, uint64_t sequence) {
   for (int r = 0; r < transport.size(); ++r) {
     if (r != root && pulled(transport.slot(r)) < sequence) return false;

@@ -31,9 +31,11 @@ namespace shmccl::collectives {
 // True when broadcast `plan`, too large to travel inline, pulls in a group of `size` ranks.
 bool pulls(const OpPlan& plan, int size);
 
-// True when the root's descriptor (every rank has arrived or the root has) offers its tensor in
-// an arena, so the pull can run; else the collective takes the host-staging pipeline.
-bool root_offers_arena(const ExecContext& context);
+// True when the root's descriptor offers its tensor in an arena, so the pull can run; else the
+// collective takes the host-staging pipeline.
+inline bool offers_arena(const transport::OpDescriptor& root) {
+  return (root.host_sides & transport::kHostInput) == 0;
+}
 
 // Receiver: copies the root's tensor into this rank's output, then marks it read. `fault_rank`
 // is the global rank fault injection knows this process by.

@@ -1,0 +1,141 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// The call cache recognises a repeated call, and any change of a field the ranks must agree on
+// makes a new call with a new hash (else a mismatch between ranks could go unnoticed).
+#include "collectives/call_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "shmccl/shmccl.hpp"
+
+namespace shmccl::collectives {
+namespace {
+
+using transport::OpKind;
+using transport::Transfer;
+
+struct Call {
+  const char* name = "all_gather_into_tensor_uneven";
+  OpKind kind = OpKind::kAllGather;
+  ScalarType dtype = kFloat32;
+  ReduceOp reduce_op = ReduceOp::SUM;
+  int root = 0;
+  int64_t input_rows = 2;
+  int64_t row_elements = 4;
+  std::vector<int64_t> splits{2, 3};
+  Transfer transfer = Transfer::kArrivalLine;
+};
+
+// Remembers `call` in `cache`: whether it repeated the last one, and the hash after it.
+std::pair<bool, uint64_t> remember(CallCache& cache, const Call& call) {
+  Tensor input = zeros({call.input_rows, call.row_elements}, call.dtype);
+  OpPlan plan;
+  plan.name = call.name;
+  plan.kind = call.kind;
+  plan.dtype = call.dtype;
+  plan.reduce_op = call.reduce_op;
+  plan.root = call.root;
+  plan.row_elements = call.row_elements;
+  plan.num_splits = static_cast<int>(call.splits.size());
+  for (size_t r = 0; r < call.splits.size(); ++r)
+    plan.splits[r] = call.splits[r];
+  plan.borrow_input(input);
+  const bool repeated = cache.remember(plan, call.transfer);
+  return {repeated, cache.hash()};
+}
+
+Call all_reduce_call(ReduceOp op) {
+  Call call;
+  call.name = "all_reduce";
+  call.kind = OpKind::kAllReduce;
+  call.splits.clear();
+  call.reduce_op = op;
+  return call;
+}
+
+Call broadcast_call(int root) {
+  Call call;
+  call.name = "broadcast";
+  call.kind = OpKind::kBroadcast;
+  call.splits.clear();
+  call.root = root;
+  return call;
+}
+
+TEST(CallCacheTest, ARepeatIsRecognisedAndEveryAgreedFieldMakesANewCall) {
+  auto with = [](std::function<void(Call&)> change) {
+    Call call;
+    change(call);
+    return call;
+  };
+  // (what differs, a call, the same call but for that, whether the ranks must agree on it: the
+  // hash covers only that; the even and uneven forms of a collective are compatible, and an
+  // all-gather rank's own row count is checked against its split size locally)
+  const std::vector<std::tuple<std::string, Call, Call, bool>> pairs = {
+      {"name", Call{}, with([](Call& c) { c.name = "all_gather_into_tensor"; }), false},
+      {"dtype", Call{}, with([](Call& c) { c.dtype = kInt32; }), true},
+      {"reduce op", all_reduce_call(ReduceOp::SUM), all_reduce_call(ReduceOp::MAX), true},
+      {"root", broadcast_call(0), broadcast_call(1), true},
+      {"all_reduce's element count", all_reduce_call(ReduceOp::SUM), with([](Call& c) {
+         c = all_reduce_call(ReduceOp::SUM);
+         c.input_rows = 3;
+       }),
+       true},
+      {"all-gather's own rows", Call{}, with([](Call& c) { c.input_rows = 3; }), false},
+      {"row size", Call{}, with([](Call& c) { c.row_elements = 8; }), true},
+      {"split count", Call{}, with([](Call& c) {
+         c.splits = {2, 3, 0};
+       }),
+       true},
+      {"a split size", Call{}, with([](Call& c) {
+         c.splits = {2, 4};
+       }),
+       true},
+  };
+  for (const auto& [what, base, changed, agreed] : pairs) {
+    SCOPED_TRACE(what);
+    CallCache cache;
+    const auto [first_repeated, first_hash] = remember(cache, base);
+    EXPECT_FALSE(first_repeated);
+    const uint64_t first_id = cache.id();
+    const auto [again_repeated, again_hash] = remember(cache, base);
+    EXPECT_TRUE(again_repeated);
+    EXPECT_EQ(again_hash, first_hash);
+    EXPECT_EQ(cache.id(), first_id);
+
+    const auto [changed_repeated, changed_hash] = remember(cache, changed);
+    EXPECT_FALSE(changed_repeated);
+    if (agreed) {
+      EXPECT_NE(changed_hash, first_hash);
+    }
+    EXPECT_NE(cache.id(), first_id);
+    // And back: the first call is new again, with its old hash.
+    const auto [back_repeated, back_hash] = remember(cache, base);
+    EXPECT_FALSE(back_repeated);
+    EXPECT_EQ(back_hash, first_hash);
+  }
+}
+
+// The hash of a call does not depend on what was remembered before it.
+TEST(CallCacheTest, HashIsAFunctionOfTheCallAlone) {
+  Call pull = broadcast_call(0);
+  pull.transfer = Transfer::kPull;
+  CallCache fresh;
+  const uint64_t alone = remember(fresh, pull).second;
+  CallCache used;
+  remember(used, Call{});
+  EXPECT_EQ(remember(used, pull).second, alone);
+  // The path is part of the hash (ranks configured differently must not agree).
+  Call through_pool = pull;
+  through_pool.transfer = Transfer::kArenas;
+  CallCache other_path;
+  EXPECT_NE(remember(other_path, through_pool).second, alone);
+}
+
+}  // namespace
+}  // namespace shmccl::collectives
