@@ -436,6 +436,7 @@ bool run(detail::GroupState& state, const OpPlan& plan) {
   fault::point(fault::Point::kAfterArrival, me, sequence);
 
   const auto timeout = state.timeout();
+  bool root_offers_arena = true;  // a pull's receivers: as the root's descriptor said
   if (needs == Needs::kRoot) {
     transport.wait_until([&] { return arrived(plan.root); }, timeout,
                          [&] {
@@ -445,9 +446,12 @@ bool run(detail::GroupState& state, const OpPlan& plan) {
                                " have not called it (its source, the rank it waits for)");
                          });
     // The root of a pull has its tensor on the host: every rank takes the host pipeline
-    // instead. (A root that called something else fails the fingerprint check below.)
-    if (pull && !offers_arena(transport.slot(plan.root).descriptors[parity])) [[unlikely]]
+    // instead. (A root that called something else fails the fingerprint check below.) Read
+    // once: the decision must not change under a corrupt peer's writes.
+    if (pull && !offers_arena(transport.slot(plan.root).descriptors[parity])) [[unlikely]] {
+      root_offers_arena = false;
       needs = Needs::kEveryone;
+    }
   }
   if (needs == Needs::kEveryone) {
     transport.wait_until(everyone_arrived, timeout, [&] {
@@ -471,7 +475,7 @@ bool run(detail::GroupState& state, const OpPlan& plan) {
     context.payloads[r] =
         in_arrival_line ? slot.arrivals[parity].payload : slot.inline_data[parity];
   }
-  const bool pulling = pull && offers_arena(*context.descriptors[plan.root]);
+  const bool pulling = pull && (rank == plan.root ? offers_arena(descriptor) : root_offers_arena);
   if (needs != Needs::kEveryone) state.set_early_finished(sequence, pulling ? plan.root : -1);
   fault::point(fault::Point::kBeforeCopy, me, sequence);
   if (inline_payload) {

@@ -9,6 +9,7 @@
 
 #include "collectives/executor.h"
 #include "collectives/group_state.h"
+#include "collectives/pull_broadcast.h"
 #include "collectives/registry.h"
 #include "collectives/unordered_ops.h"
 #include "core/check.h"
@@ -142,6 +143,7 @@ ProcessGroup::~ProcessGroup() {
       SHMCCL_WARN(kColl, "destroying group ", state_->comm_name(), ": ", error.what());
     }
   }
+  if (state_) collectives::settle_pull_before_leaving(*state_);
 }
 
 int ProcessGroup::rank() const {

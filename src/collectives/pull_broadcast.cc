@@ -85,4 +85,23 @@ void wait_for_pulls(detail::GroupState& state, const ExecContext& context,
                        });
 }
 
+void settle_pull_before_leaving(detail::GroupState& state) noexcept {
+  const int root = state.early_pull_root();
+  const uint64_t sequence = state.early_finished();
+  if (root < 0 || sequence == 0) return;
+  try {
+    state.check_not_failed();
+    transport::GroupTransport& transport = state.transport();
+    transport.wait_until(
+        [&] { return everyone_pulled(transport, root, sequence); }, state.timeout(),
+        [&] {
+          return detail::concat("leaving group ", state.comm_name(), " after broadcast ", sequence,
+                                ": ranks ", ranks_not_pulled(transport, root, sequence),
+                                " have not finished copying from rank ", root);
+        });
+  } catch (const std::exception& error) {
+    SHMCCL_WARN(kColl, error.what());
+  }
+}
+
 }  // namespace shmccl::collectives

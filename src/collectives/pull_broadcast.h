@@ -46,6 +46,11 @@ void pull_from_root(const ExecContext& context, int fault_rank);
 void wait_for_pulls(detail::GroupState& state, const ExecContext& context,
                     std::chrono::milliseconds timeout);
 
+// Before this rank leaves the group (its ProcessGroup is destroyed): when its last collective
+// was a pull it finished early, waits until every receiver has read, so that its exit does not
+// fail a root still waiting for the others. Errors are logged, not thrown.
+void settle_pull_before_leaving(detail::GroupState& state) noexcept;
+
 // True when every rank but `root` has finished reading broadcast `sequence`.
 bool everyone_pulled(const transport::GroupTransport& transport, int root, uint64_t sequence);
 // The receivers that have not, as "1, 3" (for error messages).
