@@ -320,15 +320,8 @@ void settle_early_finish(detail::GroupState& state, const OpPlan& plan) {
   // A pull: the other receivers may still read the root's tensor (a rank that disagreed on the
   // call never will: the check above reported it first). Waiting for them here names a receiver
   // that stalls mid-copy on every rank, not only on the root.
-  if (pull_root < 0) return;
-  transport.wait_until(
-      [&] { return everyone_pulled(transport, pull_root, early); }, state.timeout(),
-      [&] {
-        return detail::concat(
-            "before ", plan.name, " (sequence ", plan.sequence, ", timeout ",
-            state.timeout().count(), " ms): ranks ", ranks_not_pulled(transport, pull_root, early),
-            " have not finished copying collective ", early, " from its source, rank ", pull_root);
-      });
+  if (pull_root >= 0)
+    wait_for_receivers(state, pull_root, early, "before", plan.name, plan.sequence);
 }
 
 // The collective itself (execute() adds tracing and failure handling around it). True when it
@@ -487,7 +480,7 @@ bool run(detail::GroupState& state, const OpPlan& plan) {
     if (pulling) {
       if (rank == plan.root) {
         fault::point(fault::Point::kMidCopy, me, sequence);  // (it copies nothing)
-        wait_for_pulls(state, context, timeout);
+        wait_for_receivers(state, plan.root, sequence, "in", plan.name, sequence);
       } else {
         pull_from_root(context, me);
       }

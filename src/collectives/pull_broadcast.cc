@@ -15,6 +15,14 @@ uint64_t pulled(const transport::RankSlot& slot) {
   return slot.pulled.load(std::memory_order_acquire);
 }
 
+// True when every rank but `root` has finished reading broadcast `sequence`.
+bool everyone_pulled(const transport::GroupTransport& transport, int root, uint64_t sequence) {
+  for (int r = 0; r < transport.size(); ++r) {
+    if (r != root && pulled(transport.slot(r)) < sequence) return false;
+  }
+  return true;
+}
+
 // Marks this rank done reading `sequence`; the receiver that completes the set wakes the root
 // (and anyone else asleep on the group's word).
 void mark_pulled(transport::GroupTransport& transport, int root, uint64_t sequence) {
@@ -35,18 +43,6 @@ bool pulls(const OpPlan& plan, int size) {
   static const int64_t from_ranks = config::get_int("SHMCCL_PULL_BROADCAST_RANKS");
   return plan.kind == transport::OpKind::kBroadcast && from_ranks > 0 && size >= from_ranks &&
          size > 1;
-}
-
-bool everyone_pulled(const transport::GroupTransport& transport, int root, uint64_t sequence) {
-  for (int r = 0; r < transport.size(); ++r) {
-    if (r != root && pulled(transport.slot(r)) < sequence) return false;
-  }
-  return true;
-}
-
-std::string ranks_not_pulled(const transport::GroupTransport& transport, int root,
-                             uint64_t sequence) {
-  return transport::ranks_below(transport, sequence, pulled, root);
 }
 
 void pull_from_root(const ExecContext& context, int fault_rank) {
@@ -70,19 +66,17 @@ void pull_from_root(const ExecContext& context, int fault_rank) {
   mark_pulled(context.transport, plan.root, sequence);
 }
 
-void wait_for_pulls(detail::GroupState& state, const ExecContext& context,
-                    std::chrono::milliseconds timeout) {
-  transport::GroupTransport& transport = context.transport;
-  const OpPlan& plan = context.plan;
-  const uint64_t sequence = plan.sequence;
-  transport.wait_until([&] { return everyone_pulled(transport, plan.root, sequence); }, timeout,
-                       [&] {
-                         return detail::concat(
-                             "in ", plan.name, " (sequence ", sequence, ", timeout ",
-                             state.timeout().count(), " ms): ranks ",
-                             ranks_not_pulled(transport, plan.root, sequence),
-                             " have not finished copying from the source, rank ", plan.root);
-                       });
+void wait_for_receivers(detail::GroupState& state, int root, uint64_t sequence, const char* where,
+                        const char* call, uint64_t at) {
+  transport::GroupTransport& transport = state.transport();
+  transport.wait_until(
+      [&] { return everyone_pulled(transport, root, sequence); }, state.timeout(),
+      [&] {
+        return detail::concat(
+            where, " ", call, " (sequence ", at, ", timeout ", state.timeout().count(),
+            " ms): ranks ", transport::ranks_below(transport, sequence, pulled, root),
+            " have not finished copying broadcast ", sequence, " from rank ", root);
+      });
 }
 
 void settle_pull_before_leaving(detail::GroupState& state) noexcept {
@@ -91,16 +85,9 @@ void settle_pull_before_leaving(detail::GroupState& state) noexcept {
   if (root < 0 || sequence == 0) return;
   try {
     state.check_not_failed();
-    transport::GroupTransport& transport = state.transport();
-    transport.wait_until(
-        [&] { return everyone_pulled(transport, root, sequence); }, state.timeout(),
-        [&] {
-          return detail::concat("leaving group ", state.comm_name(), " after broadcast ", sequence,
-                                ": ranks ", ranks_not_pulled(transport, root, sequence),
-                                " have not finished copying from rank ", root);
-        });
+    wait_for_receivers(state, root, sequence, "leaving", "the group", sequence);
   } catch (const std::exception& error) {
-    SHMCCL_WARN(kColl, error.what());
+    SHMCCL_WARN(kColl, "group ", state.comm_name(), ": ", error.what());
   }
 }
 

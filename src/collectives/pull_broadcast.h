@@ -19,7 +19,6 @@
 // every receiver finished reading, so that a receiver stalled mid-copy is named by all.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -41,20 +40,16 @@ inline bool offers_arena(const transport::OpDescriptor& root) {
 // is the global rank fault injection knows this process by.
 void pull_from_root(const ExecContext& context, int fault_rank);
 
-// Root: waits until every receiver has read its tensor (TimeoutError naming the others, or
-// RemoteError when one dies).
-void wait_for_pulls(detail::GroupState& state, const ExecContext& context,
-                    std::chrono::milliseconds timeout);
+// Waits until every receiver of pull broadcast `sequence` from `root` has read the root's tensor,
+// for at most the group's timeout (TimeoutError naming the others, RemoteError when one dies).
+// The root waits so in the broadcast itself; a receiver that finished early, before its next
+// collective and before it leaves the group. The message begins "<where> <call> (sequence <at>".
+void wait_for_receivers(detail::GroupState& state, int root, uint64_t sequence, const char* where,
+                        const char* call, uint64_t at);
 
 // Before this rank leaves the group (its ProcessGroup is destroyed): when its last collective
-// was a pull it finished early, waits until every receiver has read, so that its exit does not
-// fail a root still waiting for the others. Errors are logged, not thrown.
+// was a pull it finished early, waits for the other receivers, so that its exit does not fail
+// a root still waiting for them. Errors are logged, not thrown.
 void settle_pull_before_leaving(detail::GroupState& state) noexcept;
-
-// True when every rank but `root` has finished reading broadcast `sequence`.
-bool everyone_pulled(const transport::GroupTransport& transport, int root, uint64_t sequence);
-// The receivers that have not, as "1, 3" (for error messages).
-std::string ranks_not_pulled(const transport::GroupTransport& transport, int root,
-                             uint64_t sequence);
 
 }  // namespace shmccl::collectives

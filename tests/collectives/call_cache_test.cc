@@ -49,20 +49,23 @@ std::pair<bool, uint64_t> remember(CallCache& cache, const Call& call) {
   return {repeated, cache.hash()};
 }
 
-Call all_reduce_call(ReduceOp op) {
+// A call of an op without split sizes (its element count is the input's).
+Call unsplit_call(const char* name, OpKind kind) {
   Call call;
-  call.name = "all_reduce";
-  call.kind = OpKind::kAllReduce;
+  call.name = name;
+  call.kind = kind;
   call.splits.clear();
+  return call;
+}
+
+Call all_reduce_call(ReduceOp op) {
+  Call call = unsplit_call("all_reduce", OpKind::kAllReduce);
   call.reduce_op = op;
   return call;
 }
 
 Call broadcast_call(int root) {
-  Call call;
-  call.name = "broadcast";
-  call.kind = OpKind::kBroadcast;
-  call.splits.clear();
+  Call call = unsplit_call("broadcast", OpKind::kBroadcast);
   call.root = root;
   return call;
 }
