@@ -9,11 +9,23 @@
 #include <thread>
 
 #include "shmrun_harness.h"
+#include "transport/multiprocess.h"
 
 namespace shmccl::launcher::testing {
 namespace {
 
 const std::string kShmcclWorker = SHMCCL_BINARY_DIR "/tests/launcher/launcher_shmccl_worker";
+
+// The pids in the workers' "ready rank=R pid=P" lines.
+std::vector<pid_t> ready_pids(const std::string& out) {
+  std::vector<pid_t> pids;
+  for (size_t at = out.find("ready rank="); at != std::string::npos;
+       at = out.find("ready rank=", at + 1)) {
+    const size_t pid_at = out.find(" pid=", at);
+    if (pid_at != std::string::npos) pids.push_back(std::atoi(out.c_str() + pid_at + 5));
+  }
+  return pids;
+}
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path);
@@ -80,6 +92,14 @@ TEST_F(TraceFiles, Sigusr1ToShmrunMakesEveryRankDump) {
     return Shmrun::has_ready_lines(out, 2);
   })) << shmrun.out()
       << shmrun.err();
+  // The ranks sleep in pause(), as in a job that seems stuck. (Under TSan this matters: GCC 12's
+  // runtime can lose an asynchronous signal that arrives while the thread is still in an
+  // intercepted call, such as the fflush of the ready line; one that wakes a sleeping thread is
+  // delivered.)
+  const std::vector<pid_t> pids = ready_pids(shmrun.out());
+  ASSERT_EQ(pids.size(), 2u) << shmrun.out();
+  for (pid_t pid : pids)
+    ASSERT_TRUE(transport::testing::wait_until_sleeping(pid, "pause")) << "rank pid " << pid;
   shmrun.send(SIGUSR1);
   // The dumps are asynchronous: wait for both files (bounded).
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -93,10 +113,11 @@ TEST_F(TraceFiles, Sigusr1ToShmrunMakesEveryRankDump) {
   for (int rank : {0, 1}) {
     const std::string text = read_file(file(rank));
     EXPECT_NE(text.find(": SIGUSR1; 3 collectives"), std::string::npos) << text;
-    EXPECT_TRUE(complete(rank)) << text;
+    EXPECT_TRUE(complete(rank)) << "rank " << rank << ": " << text;
   }
   shmrun.send(SIGTERM);
   const RunResult result = shmrun.wait();
+  if (HasFailure()) ADD_FAILURE() << "shmrun's stderr:\n" << result.err;
   EXPECT_EQ(result.exit_code, 128 + SIGTERM) << result.err;
   expect_shm_clean(namespaces(result.err));
 }
