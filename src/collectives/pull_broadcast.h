@@ -20,7 +20,6 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
 
 #include "collectives/group_state.h"
 #include "collectives/op_plan.h"

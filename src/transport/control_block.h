@@ -61,8 +61,6 @@ enum class OpKind : uint8_t {
   kBroadcast,
 };
 
-// What a rank called: compared across ranks before any data moves (mismatch detection) and
-// printed on both sides when they disagree.
 // How a collective's data travels; every rank derives it from the call alone (and the
 // fingerprint covers it), so all take the same path.
 enum class Transfer : uint8_t {
@@ -72,6 +70,8 @@ enum class Transfer : uint8_t {
   kPull = 3,         // a broadcast's receivers copy from the root's arena (pull_broadcast.h)
 };
 
+// What a rank called: compared across ranks before any data moves (mismatch detection) and
+// printed on both sides when they disagree.
 struct OpDescriptor {
   uint64_t sequence;
   OpKind kind;

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <set>
@@ -106,14 +107,20 @@ class Shmrun {
     }
     return true;
   }
-  // Number of "ready" lines seen on stdout so far, for read_until.
-  static bool has_ready_lines(const std::string& out, int count) {
-    int seen = 0;
+  // The pids of the workers' "ready rank=R pid=P" lines seen on stdout so far, in order.
+  static std::vector<pid_t> ready_pids(const std::string& out) {
+    std::vector<pid_t> pids;
     for (size_t at = out.find("ready rank="); at != std::string::npos;
          at = out.find("ready rank=", at + 1)) {
-      ++seen;
+      const size_t end = out.find('\n', at);
+      const size_t pid_at = out.find(" pid=", at);
+      pids.push_back(pid_at < end ? std::atoi(out.c_str() + pid_at + 5) : 0);
     }
-    return seen >= count;
+    return pids;
+  }
+  // Whether `count` ready lines were seen, for read_until.
+  static bool has_ready_lines(const std::string& out, int count) {
+    return ready_pids(out).size() >= static_cast<size_t>(count);
   }
 
   void send(int signal_number) { ASSERT_EQ(kill(pid_, signal_number), 0); }

@@ -16,17 +16,6 @@ namespace {
 
 const std::string kShmcclWorker = SHMCCL_BINARY_DIR "/tests/launcher/launcher_shmccl_worker";
 
-// The pids in the workers' "ready rank=R pid=P" lines.
-std::vector<pid_t> ready_pids(const std::string& out) {
-  std::vector<pid_t> pids;
-  for (size_t at = out.find("ready rank="); at != std::string::npos;
-       at = out.find("ready rank=", at + 1)) {
-    const size_t pid_at = out.find(" pid=", at);
-    if (pid_at != std::string::npos) pids.push_back(std::atoi(out.c_str() + pid_at + 5));
-  }
-  return pids;
-}
-
 std::string read_file(const std::string& path) {
   std::ifstream in(path);
   std::stringstream text;
@@ -96,7 +85,7 @@ TEST_F(TraceFiles, Sigusr1ToShmrunMakesEveryRankDump) {
   // runtime can lose an asynchronous signal that arrives while the thread is still in an
   // intercepted call, such as the fflush of the ready line; one that wakes a sleeping thread is
   // delivered.)
-  const std::vector<pid_t> pids = ready_pids(shmrun.out());
+  const std::vector<pid_t> pids = Shmrun::ready_pids(shmrun.out());
   ASSERT_EQ(pids.size(), 2u) << shmrun.out();
   for (pid_t pid : pids)
     ASSERT_TRUE(transport::testing::wait_until_sleeping(pid, "pause")) << "rank pid " << pid;
