@@ -38,6 +38,8 @@ class CallCache {
     refill(plan, transfer);
     return false;
   }
+  // The next call is a new one, whatever it is.
+  void forget() { name_ = nullptr; }
   uint64_t hash() const { return hash_; }
   // Distinct for each distinct call remembered in a row (1, 2, ...; 0 is never a call's id).
   uint64_t id() const { return id_; }

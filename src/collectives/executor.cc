@@ -324,9 +324,20 @@ void settle_early_finish(detail::GroupState& state, const OpPlan& plan) {
     wait_for_receivers(state, pull_root, early, "before", plan.name, plan.sequence);
 }
 
-// The collective itself (execute() adds tracing and failure handling around it). True when it
-// ran the work pool (false: the data travelled inline).
-bool run(detail::GroupState& state, const OpPlan& plan) {
+// The flight record of a collective that is not a small synchronous repeat of the call before
+// it: an asynchronous call was recorded when it was scheduled and starts now; any other gets an
+// entry; a new call starts a run.
+[[gnu::noinline]] void record_call(TraceRing& trace, const OpPlan& plan, bool repeat) {
+  if (plan.async_op) {
+    trace.started(plan.sequence);
+  } else {
+    trace.scheduled(plan, false);
+  }
+  if (!repeat) trace.start_run(plan.sequence);
+}
+
+// The collective itself, recorded as it goes (execute() adds failure handling around it).
+void run(detail::GroupState& state, const OpPlan& plan) {
   transport::GroupTransport& transport = state.transport();
   // A dead peer fails the waits below, not this check: the collective may still complete when
   // every rank it needs has arrived (a peer may finish early and exit, see Needs).
@@ -356,9 +367,12 @@ bool run(detail::GroupState& state, const OpPlan& plan) {
   // The call's fingerprint and descriptor: a call that repeats the last one (a training loop)
   // reuses its hash, and its full descriptor when this half of the slot already holds it.
   collectives::CallCache& calls = state.calls();
-  TraceRing* trace = plan.async_op ? nullptr : state.trace();
+  TraceRing* const trace = state.trace();
   uint64_t fingerprint = sequence;
-  if (state.mismatch_check_active() || trace != nullptr) calls.remember(plan, transfer);
+  bool repeat = false;  // the same call as the one before
+  if (state.mismatch_check_active() || trace != nullptr) repeat = calls.remember(plan, transfer);
+  // A small synchronous repeat of the call before: a member of its flight record's run.
+  const bool extends_run = repeat && inline_payload && !plan.async_op;
   if (state.mismatch_check_active()) [[likely]] {
     fingerprint += calls.hash();
     if (calls.descriptor_call(parity) != calls.id()) {
@@ -397,14 +411,10 @@ bool run(detail::GroupState& state, const OpPlan& plan) {
       sequence, detail::kThreadSanitizer ? std::memory_order_seq_cst : std::memory_order_release);
   // A synchronous call is recorded now, while the arrival's line travels to the peers (the
   // store's ownership request is still under way: a seq_cst store would stall here until it
-  // completes). A small one that repeats the last call only extends that record's run.
-  if (trace != nullptr) {
-    if (inline_payload) {
-      trace->scheduled_inline(plan, calls.id());
-    } else {
-      trace->scheduled(plan, false);
-    }
-  }
+  // completes). A small one that repeats the last call extends its run, which it records once it
+  // has completed (with the recorder on or off, this stretch then runs the same instructions).
+  if (trace != nullptr && !extends_run) [[unlikely]]
+    record_call(*trace, plan, repeat);
   // The arrival, then the reads of the others' arrivals and of notify()'s sleeper count, in the
   // single total order (Dekker with sleepers and with a racing last arrival): this fence makes the
   // release store above act as the seq_cst store they pair with.
@@ -474,33 +484,40 @@ bool run(detail::GroupState& state, const OpPlan& plan) {
   if (inline_payload) {
     algorithm.finish_inline(context);
     fault::point(fault::Point::kMidCopy, me, sequence);
-  } else {
-    // Work-pool collectives are long enough to afford precise times.
-    if (state.trace() != nullptr && !plan.async_op) state.trace()->started(sequence);
-    if (pulling) {
-      if (rank == plan.root) {
-        fault::point(fault::Point::kMidCopy, me, sequence);  // (it copies nothing)
-        wait_for_receivers(state, plan.root, sequence, "in", plan.name, sequence);
+    fault::point(fault::Point::kAfterCopy, me, sequence);
+    if (trace != nullptr) [[likely]] {
+      if (extends_run) [[likely]] {
+        trace->run_member_completed(sequence);
       } else {
-        pull_from_root(context, me);
+        trace->finished(sequence, true, /*timed=*/plan.async_op);
       }
-    } else if (uses_host_pipeline(context)) {
-      run_host_pipeline(state, context, timeout);
-    } else {
-      run_pool(state, context, algorithm, timeout);
     }
+    return;
+  }
+  // Work-pool collectives are long enough to afford precise times.
+  if (trace != nullptr && !plan.async_op) trace->started(sequence);
+  if (pulling) {
+    if (rank == plan.root) {
+      fault::point(fault::Point::kMidCopy, me, sequence);  // (it copies nothing)
+      wait_for_receivers(state, plan.root, sequence, "in", plan.name, sequence);
+    } else {
+      pull_from_root(context, me);
+    }
+  } else if (uses_host_pipeline(context)) {
+    run_host_pipeline(state, context, timeout);
+  } else {
+    run_pool(state, context, algorithm, timeout);
   }
   fault::point(fault::Point::kAfterCopy, me, sequence);
-  return !inline_payload;
+  if (trace != nullptr) trace->finished(sequence, true, /*timed=*/true);
 }
 
 }  // namespace
 
 void execute(detail::GroupState& state, const OpPlan& plan) {
-  TraceRing* trace = state.trace();
   state.set_executing(plan.sequence);
-  if (trace != nullptr && plan.async_op) trace->started(plan.sequence);
   auto record_failure = [&] {
+    TraceRing* trace = state.trace();
     if (trace == nullptr) return;
     // A synchronous call that failed before it arrived has no record yet.
     if (!plan.async_op && !trace->has(plan.sequence)) trace->scheduled(plan, false);
@@ -512,9 +529,8 @@ void execute(detail::GroupState& state, const OpPlan& plan) {
     record_failure();
     throw;
   }
-  bool pooled = false;
   try {
-    pooled = run(state, plan);
+    run(state, plan);
   } catch (const Error& error) {
     record_failure();
     if (state.mark_failed(error.what())) {
@@ -524,7 +540,6 @@ void execute(detail::GroupState& state, const OpPlan& plan) {
     }
     throw;
   }
-  if (trace != nullptr) trace->finished(plan.sequence, true, pooled || plan.async_op);
 }
 
 const Algorithm& algorithm_for(OpKind kind) {

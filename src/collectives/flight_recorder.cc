@@ -236,11 +236,11 @@ TraceRing::~TraceRing() {
   ::munmap(entries_, ring_bytes(capacity_));
 }
 
-void TraceRing::start_run(uint64_t head, uint64_t call_id) noexcept {
+void TraceRing::start_run(uint64_t head) noexcept {
+  end_run(head);
   run_head_.store(0, std::memory_order_relaxed);
   detail::fence(std::memory_order_release);  // a dump sees the 0 before the new sample
   run_sampled_.store(0, detail::kSeqlockStore);
-  run_call_.store(call_id, std::memory_order_relaxed);
   run_head_.store(head, std::memory_order_release);
 }
 
@@ -252,9 +252,8 @@ void TraceRing::sample_run(uint64_t sequence) noexcept {
 
 void TraceRing::end_run(uint64_t next_sequence) noexcept {
   const uint64_t head = run_head_.load(std::memory_order_relaxed);
-  run_call_.store(0, std::memory_order_relaxed);
   if (head == 0) return;
-  // The run's collectives have completed, except one that now gets an entry of its own.
+  // The run's collectives before `next_sequence` have completed (a group's complete in order).
   const uint64_t last =
       std::min(next_sequence - 1, completed_through_.load(std::memory_order_relaxed));
   if (last > head) {
@@ -272,15 +271,15 @@ void TraceRing::end_run(uint64_t next_sequence) noexcept {
 
 void TraceRing::split_run(uint64_t sequence) noexcept {
   const uint64_t head = run_head_.load(std::memory_order_relaxed);
-  const uint64_t call_id = run_call_.load(std::memory_order_relaxed);
-  end_run(sequence);
   const TraceEntry& from = entry(head);
-  if (load(from.sequence) != head) return;  // the run's first entry was reused: nothing to copy
+  if (load(from.sequence) != head) return;  // the head's entry was reused: nothing to copy
   TraceEntry& to = entry(sequence);
-  // The split sizes stay where the run's first collective found them, further back now.
+  // The split sizes stay where the head found them, further back now. (The head may be an
+  // asynchronous call: its members are synchronous.)
   uint64_t packed = load(from.packed);
   const uint64_t splits_delta = (packed >> 48) + (sequence - head);
-  packed &= ~(uint64_t{0xffff} << 48 | uint64_t{7} << kStateShift | kStartedValid | kFinishedValid);
+  packed &= ~(uint64_t{0xffff} << 48 | uint64_t{7} << kStateShift | kStartedValid | kFinishedValid |
+              kAsyncBit);
   packed |= static_cast<uint64_t>(TraceState::kStarted) << kStateShift;
   packed |= std::min<uint64_t>(splits_delta, 0xffff) << 48;
   store(to.sequence, uint64_t{0});
@@ -291,7 +290,6 @@ void TraceRing::split_run(uint64_t sequence) noexcept {
   store(to.output_numel, load(from.output_numel));
   store(to.scheduled_at, uint64_t{0});
   std::atomic_ref<uint64_t>(to.sequence).store(sequence, std::memory_order_release);
-  start_run(sequence, call_id);
 }
 
 std::vector<TraceRecord> TraceRing::snapshot() const {
@@ -394,6 +392,7 @@ void TraceRing::expand_runs(std::vector<TraceRecord>& records, uint64_t complete
         continue;
       TraceRecord copy = records[i];
       copy.sequence = sequence;
+      copy.async_op = false;  // (the head may be asynchronous; members never are)
       copy.scheduled_at = sequence == sampled ? sampled_at : 0;
       copy.scheduled_precise = false;
       copy.started_at = 0;

@@ -18,15 +18,17 @@
 // path of a small synchronous collective costs one or two cache lines of stores (prefetched by
 // the previous call) and one read of the coarse clock.
 //
-// Runs: a small synchronous collective that repeats the call recorded just before it (same op,
-// dtype, sizes and split sizes: CallCache's id) gets no entry of its own; it belongs to the
-// previous entry's run, which costs two loads and compares and no store. Every collective of a
-// group is recorded in order (scheduled() or scheduled_inline()), and anything but a repeat whose
-// predecessor completed ends the open run, so the open run is "every collective after its head":
-// those up to completed_through_ have completed, one more may be in flight (it is not shown until
-// it sleeps, fails or completes). A
-// dump expands a run into one line per collective. The open run lives in TraceRing's own fields;
-// a closed one (the next call differed) in `runs_`, at its first collective's index.
+// Runs: a training loop repeats the same small call, so a small synchronous collective that
+// repeats the call before it (CallCache's compare, which the mismatch check makes anyway) gets no
+// entry and costs the recorder nothing but a sampling test: it belongs to the run of the last
+// collective whose call differed from the one before (the run's head, start_run()). A run is
+// "every collective after its head, up to the next head": those up to completed_through_ have
+// completed, one more may be in flight (it is not shown until it sleeps, fails or completes).
+// Collectives inside a run that have an entry of their own (asynchronous and work-pool calls, one
+// that slept or failed) are shown from it. A dump expands a run into one line per collective. The
+// open run lives in TraceRing's own fields; a closed one in `runs_`, at its head's index. This
+// relies on every sequence number of a group running (the executor takes a synchronous call's
+// number only as it starts it).
 //
 // FlightRecorder: the process-wide registry of rings and the dump logic (flight_recorder.cc); the
 // dump thread and the SIGUSR1 handler live in trace_dumper.cc. Thread-safe.
@@ -139,7 +141,6 @@ class TraceRing {
   // The collective `plan` got its sequence number. A synchronous call starts at once; an
   // asynchronous one is started by started(). Timestamps: see trace_clock and kSampleEvery.
   void scheduled(const OpPlan& plan, bool async_op) noexcept {
-    end_run(plan.sequence);
     TraceEntry& e = entry(plan.sequence);
     uint64_t now = 0;
     if (async_op) {
@@ -162,20 +163,17 @@ class TraceRing {
     __builtin_prefetch(&entry(plan.sequence + 1), 1, 3);
   }
 
-  // A small synchronous collective (its data travels inline) that runs call `call_id`
-  // (CallCache::id()): nothing to write when it repeats the collective before it, else
-  // scheduled(). (A store here measured +2% on an 8-byte all-gather, a compare nothing.)
-  void scheduled_inline(const OpPlan& plan, uint64_t call_id) noexcept {
-    // (Its predecessor completed: a sequence number that was never executed, such as one whose
-    // call failed before it could start, cannot become a member.)
-    if (call_id == run_call_.load(std::memory_order_relaxed) &&
-        plan.sequence == completed_through_.load(std::memory_order_relaxed) + 1) [[likely]] {
-      if ((plan.sequence & (kRunSampleEvery - 1)) == 0) [[unlikely]]
-        sample_run(plan.sequence);
-      return;
-    }
-    scheduled(plan, false);
-    start_run(plan.sequence, call_id);
+  // Collective `head`, recorded by scheduled(), makes a call that differs from the one before it
+  // (CallCache::remember() returned false): the collectives that repeat it form its run, which
+  // ends the run before. Called by the thread that executes the group's collectives.
+  void start_run(uint64_t head) noexcept;
+  // Collective `sequence`, a small synchronous one that repeated the call before it, completed:
+  // a member of the open run (recorded only now: it had nothing to write before), with a coarse
+  // time every kRunSampleEvery-th collective.
+  void run_member_completed(uint64_t sequence) noexcept {
+    if ((sequence & (kRunSampleEvery - 1)) == 0) [[unlikely]]
+      sample_run(sequence);
+    completed_through_.store(sequence, std::memory_order_release);
   }
 
   // Whether collective `sequence` has its record (it may have been scheduled()).
@@ -218,7 +216,8 @@ class TraceRing {
   }
 
   // Collectives run unrecorded from here on (GroupState::set_trace_active, for benchmarks): ends
-  // the open run, which would otherwise claim them. Call between collectives.
+  // the open run, which would otherwise claim them. Call between collectives; the next recorded
+  // collective must start a run (GroupState makes its call cache forget the last call).
   void suspend() noexcept { end_run(completed_through_.load(std::memory_order_relaxed) + 1); }
 
   // Consistent copies of every entry in use, runs expanded (in no particular order).
@@ -239,15 +238,15 @@ class TraceRing {
   static constexpr uint64_t kRunSampleEvery = 64;
   // Runs (see the top). Written by the thread that executes synchronous collectives (and
   // end_run() by scheduled() on any thread); read by dumps.
-  void start_run(uint64_t head, uint64_t call_id) noexcept;
+  // Closes the open run before collective `next_sequence`.
   void end_run(uint64_t next_sequence) noexcept;
   void sample_run(uint64_t sequence) noexcept;
   bool in_open_run(uint64_t sequence) const noexcept {
     const uint64_t head = run_head_.load(std::memory_order_relaxed);
     return head != 0 && sequence > head;
   }
-  // Gives collective `sequence` of the open run an entry of its own (a copy of the run's first),
-  // ending the run before it and starting a new one from it.
+  // Gives collective `sequence` of the open run an entry of its own (a copy of the head's); the
+  // run goes on around it.
   void split_run(uint64_t sequence) noexcept;
   TraceRun& run_record(uint64_t head) const noexcept { return runs_[head & mask_]; }
   // Adds a record for every collective of the runs that start at `records`' collectives.
@@ -260,6 +259,7 @@ class TraceRing {
   }
   // Bits of `packed` (see TraceEntry): the state at 25-27, "started_at / finished_at is valid"
   // at 28 / 29 (so that scheduled() need not clear the times of the entry's previous use).
+  static constexpr uint64_t kAsyncBit = uint64_t{1} << 24;
   static constexpr uint64_t kStateShift = 25;
   static constexpr uint64_t kStartedValid = uint64_t{1} << 28;
   static constexpr uint64_t kFinishedValid = uint64_t{1} << 29;
@@ -338,11 +338,10 @@ class TraceRing {
   TraceEntry* entries_;  // capacity_ of each, zero pages until used (anonymous mmap)
   TraceSplits* splits_;  // 2 * capacity_
   TraceRun* runs_;       // capacity_
-  // The open run: its first collective (0: none) and its call. A dump reads head,
+  // The open run: its head (0: none) and a sampled member. A dump reads head,
   // completed_through_, head again: a run that was open at both reads holds every collective
   // after its head that had completed then (heads only grow, so no ABA).
   alignas(64) std::atomic<uint64_t> run_head_{0};
-  std::atomic<uint64_t> run_call_{0};  // 0: no open run (CallCache ids start at 1)
   std::atomic<uint64_t> run_sampled_{0};
   std::atomic<uint64_t> run_sampled_at_{0};
   // The last collective that completed (see finished()); its own cache line.

@@ -76,6 +76,7 @@ class GroupState {
   // (bench/collectives_bench.cc). Only between collectives; not thread-safe.
   void set_trace_active(bool active) {
     if (!active && active_trace_ != nullptr) active_trace_->suspend();
+    if (active && active_trace_ == nullptr) calls_.forget();  // the next call starts a run
     active_trace_ = active ? trace_.get() : nullptr;
   }
   // The collective this group is executing (set by the executor; read by the sleep listener on

@@ -85,31 +85,9 @@ int ordering_device(const OpPlan& plan) {
 // runs as a task of that very stream, which could not wait for itself).
 enum class Ordering { kCallerStream, kNone };
 
-std::shared_ptr<Work> submit(detail::GroupState& state, OpPlan& plan, bool async_op,
-                             Ordering ordering = Ordering::kCallerStream) {
-  state.check_not_failed();
-  plan.sequence = state.next_sequence();
-  if (plan.output().defined()) plan.output().storage()->bump_version();
-  for (const Tensor& output : plan.outputs())
-    if (output.defined()) output.storage()->bump_version();
-  plan.async_op = async_op;
-  // An asynchronous call is recorded now; a synchronous one when it has arrived (executor.cc).
-  if (async_op) {
-    if (collectives::TraceRing* trace = state.trace()) trace->scheduled(plan, true);
-  }
-  SHMCCL_TRACE(kColl, plan.name, " sequence ", plan.sequence, " on ", state.comm_name());
-  const int device = ordering_device(plan);
-  if (!async_op) {
-    // After collectives still queued on the group's stream, and after the work already queued
-    // on the caller's stream; inline when both are idle (no thread hand-off).
-    if (state.has_comm_stream() && !state.comm_stream().idle()) state.comm_stream().synchronize();
-    if (device >= 0) {
-      device::current_stream_impl(device).run_sync([&] { collectives::execute(state, plan); });
-    } else {
-      collectives::execute(state, plan);
-    }
-    return detail::completed_work();
-  }
+// Queues asynchronous collective `plan` on the group's stream.
+std::shared_ptr<Work> enqueue(detail::GroupState& state, const OpPlan& plan, int device,
+                              Ordering ordering) {
   auto work = std::make_shared<Work>(plan.name, plan.sequence);
   npu::detail::StreamImpl& comm = state.comm_stream();
   if (device >= 0 && ordering == Ordering::kCallerStream) {
@@ -129,6 +107,46 @@ std::shared_ptr<Work> submit(detail::GroupState& state, OpPlan& plan, bool async
   comm.record(done.state());
   work->set_completion_event(done);
   return work;
+}
+
+std::shared_ptr<Work> submit(detail::GroupState& state, OpPlan& plan, bool async_op,
+                             Ordering ordering = Ordering::kCallerStream) {
+  state.check_not_failed();
+  if (plan.output().defined()) plan.output().storage()->bump_version();
+  for (const Tensor& output : plan.outputs())
+    if (output.defined()) output.storage()->bump_version();
+  plan.async_op = async_op;
+  const int device = ordering_device(plan);
+  if (!async_op) {
+    // The sequence number is taken as the collective starts: a call that fails before (a stream
+    // used across fork()) leaves no number behind that never ran, which the flight recorder's
+    // runs would claim as completed (flight_recorder.h). It is recorded once it has arrived.
+    auto start = [&] {
+      plan.sequence = state.next_sequence();
+      SHMCCL_TRACE(kColl, plan.name, " sequence ", plan.sequence, " on ", state.comm_name());
+      collectives::execute(state, plan);
+    };
+    // After collectives still queued on the group's stream, and after the work already queued
+    // on the caller's stream; inline when both are idle (no thread hand-off).
+    if (state.has_comm_stream() && !state.comm_stream().idle()) state.comm_stream().synchronize();
+    if (device >= 0) {
+      device::current_stream_impl(device).run_sync(start);
+    } else {
+      start();
+    }
+    return detail::completed_work();
+  }
+  plan.sequence = state.next_sequence();
+  SHMCCL_TRACE(kColl, plan.name, " sequence ", plan.sequence, " on ", state.comm_name());
+  // An asynchronous call is recorded now (and marked failed if it cannot be queued).
+  collectives::TraceRing* const trace = state.trace();
+  if (trace != nullptr) trace->scheduled(plan, true);
+  try {
+    return enqueue(state, plan, device, ordering);
+  } catch (...) {
+    if (trace != nullptr) trace->finished(plan.sequence, false, true);
+    throw;
+  }
 }
 
 }  // namespace

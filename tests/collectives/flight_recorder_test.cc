@@ -88,6 +88,25 @@ std::unique_ptr<collectives::OpPlan> gather_plan(uint64_t sequence, const Tensor
   return owned;
 }
 
+// What the executor records of a small synchronous collective as it starts: an entry and a new
+// run when its call differs from the one before (`new_call`), else nothing (a member of the open
+// run is recorded when it completes: complete_inline()).
+void record_inline(TraceRing& ring, const collectives::OpPlan& plan, bool new_call) {
+  if (new_call) {
+    ring.scheduled(plan, false);
+    ring.start_run(plan.sequence);
+  }
+}
+
+// ... and as it completes.
+void complete_inline(TraceRing& ring, uint64_t sequence, bool new_call) {
+  if (new_call) {
+    ring.finished(sequence, true, false);
+  } else {
+    ring.run_member_completed(sequence);
+  }
+}
+
 std::vector<TraceRecord> sorted_snapshot(const TraceRing& ring) {
   std::vector<TraceRecord> records = ring.snapshot();
   std::sort(records.begin(), records.end(),
@@ -153,11 +172,11 @@ TEST(TraceRingTest, RepeatedSmallCollectivesAreRecordedAsRuns) {
   TraceRing ring("g", 0, 2, 8);
   Tensor input = zeros({2}, kInt32);
   for (uint64_t sequence = 1; sequence <= 20; ++sequence) {
-    ring.scheduled_inline(*gather_plan(sequence, input), /*call_id=*/1);
-    ring.finished(sequence, true, false);
+    record_inline(ring, *gather_plan(sequence, input), /*new_call=*/sequence == 1);
+    complete_inline(ring, sequence, sequence == 1);
   }
   Tensor other = zeros({3}, kInt32);
-  ring.scheduled_inline(*gather_plan(21, other), /*call_id=*/2);
+  record_inline(ring, *gather_plan(21, other), /*new_call=*/true);
   std::vector<TraceRecord> records = sorted_snapshot(ring);
   // Collective 1's entry, the last 8 of its run (13-20), and collective 21.
   ASSERT_EQ(records.size(), 10u);
@@ -175,15 +194,15 @@ TEST(TraceRingTest, RepeatedSmallCollectivesAreRecordedAsRuns) {
 
   // The open run: 22 completes, 23 is still running when it starts to sleep (a precise stamp:
   // it gets an entry of its own), 24 fails (an entry of its own, failed).
-  ring.finished(21, true, false);
-  ring.scheduled_inline(*gather_plan(22, other), 2);
-  ring.finished(22, true, false);
-  ring.scheduled_inline(*gather_plan(23, other), 2);
+  complete_inline(ring, 21, true);
+  record_inline(ring, *gather_plan(22, other), false);
+  complete_inline(ring, 22, false);
+  record_inline(ring, *gather_plan(23, other), false);
   EXPECT_FALSE(ring.has(23));
   ring.waiting(23);
   EXPECT_TRUE(ring.has(23));
-  ring.finished(23, true, false);
-  ring.scheduled_inline(*gather_plan(24, other), 2);
+  complete_inline(ring, 23, false);
+  record_inline(ring, *gather_plan(24, other), false);
   EXPECT_FALSE(ring.has(24));
   ring.scheduled(*gather_plan(24, other), false);  // what the executor does for a failure
   ring.finished(24, false, true);
@@ -203,25 +222,39 @@ TEST(TraceRingTest, RepeatedSmallCollectivesAreRecordedAsRuns) {
   EXPECT_EQ(by_sequence[24]->state, TraceState::kFailed);
 }
 
-// A sequence number that was never executed (its call failed before it could start) is not
-// claimed by the run around it: the repeat after it starts an entry of its own.
-TEST(TraceRingTest, ASkippedSequenceEndsTheRun) {
+// A run goes on around collectives recorded on their own (an asynchronous call of the same call),
+// which a dump shows from their entries; an asynchronous call that differs starts a run of its
+// own, whose members are synchronous.
+TEST(TraceRingTest, RunsGoOnAroundEntriesOfTheirOwn) {
   TraceRing ring("g", 0, 2, 16);
   Tensor input = zeros({2}, kInt32);
-  for (uint64_t sequence = 1; sequence <= 5; ++sequence) {
-    ring.scheduled_inline(*gather_plan(sequence, input), /*call_id=*/1);
-    ring.finished(sequence, true, false);
+  auto plan = [&](uint64_t sequence) { return gather_plan(sequence, input); };
+  for (uint64_t sequence = 1; sequence <= 6; ++sequence) {
+    if (sequence == 4) {  // what submit() and the executor record of an asynchronous call
+      ring.scheduled(*plan(4), /*async_op=*/true);
+      ring.started(4);
+      ring.finished(4, true, true);
+      continue;
+    }
+    record_inline(ring, *plan(sequence), /*new_call=*/sequence == 1);
+    complete_inline(ring, sequence, sequence == 1);
   }
-  EXPECT_FALSE(ring.has(5));                                     // a member of collective 1's run
-  ring.scheduled_inline(*gather_plan(7, input), /*call_id=*/1);  // 6 never ran
-  EXPECT_TRUE(ring.has(7));
-  ring.finished(7, true, false);
+  Tensor other = zeros({3}, kInt32);
+  ring.scheduled(*gather_plan(7, other), /*async_op=*/true);
+  ring.started(7);
+  ring.start_run(7);  // a new call
+  ring.finished(7, true, true);
+  record_inline(ring, *gather_plan(8, other), false);
+  complete_inline(ring, 8, false);
   std::vector<uint64_t> sequences;
   for (const TraceRecord& r : sorted_snapshot(ring)) {
     sequences.push_back(r.sequence);
     EXPECT_EQ(r.state, TraceState::kCompleted) << r.sequence;
+    EXPECT_EQ(r.async_op, r.sequence == 4 || r.sequence == 7) << r.sequence;
+    EXPECT_EQ(r.input_numel, r.sequence <= 6 ? 2 : 3) << r.sequence;
+    EXPECT_EQ(r.started_at != 0, r.sequence == 4 || r.sequence == 7) << r.sequence;
   }
-  EXPECT_EQ(sequences, (std::vector<uint64_t>{1, 2, 3, 4, 5, 7}));
+  EXPECT_EQ(sequences, (std::vector<uint64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
 }
 
 // Dumps while runs start and end see each collective with its own call's fields.
@@ -243,9 +276,10 @@ TEST(TraceRingTest, ConcurrentDumpsSeeConsistentRuns) {
     plan.dtype = kFloat32;
     plan.sequence = sequence;
     plan.borrow_input(sized);
-    ring.scheduled_inline(plan, /*call_id=*/sequence / 10 + 1);
+    const bool new_call = sequence == 1 || sequence % 10 == 0;
+    record_inline(ring, plan, new_call);
     if (sequence % 97 == 0) ring.waiting(sequence);
-    ring.finished(sequence, true, false);
+    complete_inline(ring, sequence, new_call);
   }
   stop.store(true);
   reader.join();
@@ -343,6 +377,56 @@ TEST_F(TraceDirectory, Sigusr1DumpsOnDemandIncludingAsyncWork) {
     require(text.find("seq=2 op=barrier state=completed") != std::string::npos, text);
     require(text.find("seq=3 op=all_reduce state=completed async") != std::string::npos, text);
     require(text.find(" start=+") != std::string::npos, text);
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+}
+
+// Through the library: repeated small calls (runs), asynchronous calls of the same and of another
+// call between them, and a call that differs; a dump shows every collective once, with its own
+// call and whether it was asynchronous.
+TEST_F(TraceDirectory, RunsAndAsyncCallsInterleavedShowEveryCollectiveOnce) {
+  auto results = testing::run_ranks(2, [&](const testing::RankContext& ctx) {
+    configure(prefix_);
+    npu::set_device(ctx.rank);
+    ctx.init();
+    Tensor t = ones({4}, kFloat32).npu();
+    // The op of each collective, and whether it is asynchronous.
+    std::vector<std::pair<std::string, bool>> calls;
+    auto reduce = [&](bool async_op) {
+      if (async_op) {
+        all_reduce(t, ReduceOp::MAX, nullptr, true)->wait();
+      } else {
+        all_reduce(t, ReduceOp::MAX);
+      }
+      calls.emplace_back("all_reduce", async_op);
+    };
+    auto cast = [&](bool async_op) {
+      if (async_op) {
+        broadcast(t, 1, nullptr, true)->wait();
+      } else {
+        broadcast(t, 1);
+      }
+      calls.emplace_back("broadcast", async_op);
+    };
+    for (int i = 0; i < 5; ++i)
+      reduce(false);
+    reduce(true);
+    for (int i = 0; i < 3; ++i)
+      reduce(false);
+    cast(true);
+    for (int i = 0; i < 2; ++i)
+      cast(false);
+    reduce(false);
+    const std::string text = collectives::FlightRecorder::instance().format("check");
+    for (size_t i = 0; i < calls.size(); ++i) {
+      const std::string line = str(" seq=", i + 1, " op=", calls[i].first, " state=completed",
+                                   calls[i].second ? " async" : "", " dtype=float32");
+      size_t at = text.find(line);
+      require(at != std::string::npos, str("no line with \"", line, "\" in\n", text));
+      require(text.find(str(" seq=", i + 1, " "), at + 1) == std::string::npos,
+              str("collective ", i + 1, " shown twice:\n", text));
+    }
+    require(text.find(str(" seq=", calls.size() + 1, " ")) == std::string::npos, text);
   });
   EXPECT_TRUE(testing::all_ranks_succeeded(results));
 }
