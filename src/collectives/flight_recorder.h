@@ -187,8 +187,9 @@ class TraceRing {
   // waits is stamped then (waiting()), so a hang always has a precise start.
   static constexpr uint64_t kSampleEvery = 8;
 
-  // The collective began waiting for its peers in earnest (it sleeps): stamp it.
-  void waiting(uint64_t sequence) noexcept {
+  // The collective began waiting for its peers in earnest (it sleeps) at `now` (CLOCK_MONOTONIC
+  // ns): stamp it.
+  void waiting(uint64_t sequence, uint64_t now) noexcept {
     if (sequence == 0) return;
     if (in_open_run(sequence) && !has(sequence)) split_run(sequence);
     TraceEntry& e = entry(sequence);
@@ -196,7 +197,7 @@ class TraceRing {
     if (version.load(std::memory_order_relaxed) != sequence) return;
     const uint64_t packed = std::atomic_ref<uint64_t>(e.packed).load(std::memory_order_relaxed);
     if ((packed & kStartedValid) != 0) return;
-    update(sequence, static_cast<TraceState>((packed >> kStateShift) & 7), true, true);
+    update(sequence, static_cast<TraceState>((packed >> kStateShift) & 7), true, true, now);
   }
 
   // The collective began executing on the group's stream (asynchronous), or entered the work pool:
@@ -309,14 +310,15 @@ class TraceRing {
   }
 
   // A state change, with the time it happened when `timed` (into started_at when `start`, else
-  // finished_at), as a seqlock write of its own; skipped when the entry was already reused (more
-  // than `capacity` collectives scheduled ahead of this one).
-  void update(uint64_t sequence, TraceState state, bool timed, bool start) noexcept {
+  // finished_at; `now`, or the clock when 0), as a seqlock write of its own; skipped when the entry
+  // was already reused (more than `capacity` collectives scheduled ahead of this one).
+  void update(uint64_t sequence, TraceState state, bool timed, bool start,
+              uint64_t now = 0) noexcept {
     TraceEntry& e = entry(sequence);
     std::atomic_ref<uint64_t> version(e.sequence);
     if (version.load(std::memory_order_relaxed) != sequence) [[unlikely]]
       return;
-    const uint64_t now = timed ? trace_clock::precise() : 0;
+    if (timed && now == 0) now = trace_clock::precise();
     uint64_t packed = std::atomic_ref<uint64_t>(e.packed).load(std::memory_order_relaxed);
     packed =
         (packed & ~(uint64_t{7} << kStateShift)) | (static_cast<uint64_t>(state) << kStateShift);

@@ -20,10 +20,10 @@ GroupState::GroupState(std::unique_ptr<transport::GroupTransport> transport,
   if (trace_) {
     // A collective that has to sleep while it waits gets a precise time in the recorder.
     transport_->set_sleep_listener(
-        [](void* context) {
+        [](void* context, uint64_t now) {
           auto* self = static_cast<GroupState*>(context);
           if (self->active_trace_ != nullptr)
-            self->active_trace_->waiting(self->executing_sequence_);
+            self->active_trace_->waiting(self->executing_sequence_, now);
         },
         this);
     // Every survivor of a peer's death writes its flight recorder, also when it is not in a

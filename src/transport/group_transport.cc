@@ -220,7 +220,6 @@ void GroupTransport::sleep_until(bool (*ready)(void*), void* context, Clock::tim
   // Yield before sleeping: when ranks outnumber cores the peer we wait for is usually runnable on
   // our core, and a yield hands it the core in about a microsecond, while a futex sleep costs a
   // wake-up of 5-10 us (tens in a VM). Bounded by SHMCCL_YIELD_TIME, then sleep for real.
-  if (sleep_listener_ != nullptr) sleep_listener_(sleep_listener_context_);
   const auto yield_until = Clock::now() + yield_budget_;
   for (int i = 0;; ++i) {
     if (ready(context)) return;
@@ -228,12 +227,22 @@ void GroupTransport::sleep_until(bool (*ready)(void*), void* context, Clock::tim
     if (i >= 16 && Clock::now() >= yield_until) break;
     sched_yield();
   }
+  bool announced = false;
   while (true) {
     const uint32_t observed = header_->wake_word.load(std::memory_order_seq_cst);
     header_->sleepers.fetch_add(1, std::memory_order_seq_cst);
     const bool done = ready(context);
     if (!done && healthy()) {
       const auto now = Clock::now();
+      // Only a wait that sleeps is announced: when ranks outnumber cores most waits end in the
+      // yields above, and the listener's precise stamp would cost every such collective.
+      if (!announced && sleep_listener_ != nullptr) {
+        announced = true;
+        sleep_listener_(sleep_listener_context_,
+                        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                  now.time_since_epoch())
+                                                  .count()));
+      }
       if (now < deadline) {
         // Wake at least every second so a wait survives a lost wakeup from a dying peer.
         const auto slice = std::min<Clock::duration>(deadline - now, std::chrono::seconds(1));

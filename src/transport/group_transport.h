@@ -71,9 +71,10 @@ class GroupTransport {
   // peer process exits. Set it once, after construction.
   void set_peer_death_listener(std::function<void(const std::string&)> listener);
 
-  // Called on the waiting thread each time a wait gives up spinning and starts to sleep (the slow
-  // path: the flight recorder stamps the collective then). Set it once, after construction.
-  void set_sleep_listener(void (*listener)(void*), void* context) {
+  // Called on the waiting thread, with the time (CLOCK_MONOTONIC ns), each time a wait gives up
+  // spinning and yielding and goes to sleep in the kernel (the slow path: the flight recorder
+  // stamps the collective then). Set it once, after construction.
+  void set_sleep_listener(void (*listener)(void*, uint64_t), void* context) {
     sleep_listener_ = listener;
     sleep_listener_context_ = context;
   }
@@ -155,7 +156,7 @@ class GroupTransport {
   mutable std::mutex failure_mutex_;
   std::string peer_death_message_;
   std::function<void(const std::string&)> peer_death_listener_;  // guarded by failure_mutex_
-  void (*sleep_listener_)(void*) = nullptr;
+  void (*sleep_listener_)(void*, uint64_t) = nullptr;
   void* sleep_listener_context_ = nullptr;
 };
 

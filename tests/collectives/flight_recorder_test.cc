@@ -199,7 +199,7 @@ TEST(TraceRingTest, RepeatedSmallCollectivesAreRecordedAsRuns) {
   complete_inline(ring, 22, false);
   record_inline(ring, *gather_plan(23, other), false);
   EXPECT_FALSE(ring.has(23));
-  ring.waiting(23);
+  ring.waiting(23, collectives::trace_clock::precise());
   EXPECT_TRUE(ring.has(23));
   complete_inline(ring, 23, false);
   record_inline(ring, *gather_plan(24, other), false);
@@ -278,7 +278,7 @@ TEST(TraceRingTest, ConcurrentDumpsSeeConsistentRuns) {
     plan.borrow_input(sized);
     const bool new_call = sequence == 1 || sequence % 10 == 0;
     record_inline(ring, plan, new_call);
-    if (sequence % 97 == 0) ring.waiting(sequence);
+    if (sequence % 97 == 0) ring.waiting(sequence, collectives::trace_clock::precise());
     complete_inline(ring, sequence, new_call);
   }
   stop.store(true);
@@ -351,9 +351,13 @@ TEST_F(TraceDirectory, ATimeoutNamesTheCollectiveThatWaited) {
         require(text.find("seq=1 op=all_gather_into_tensor_uneven state=completed dtype=float32 "
                           "in=400 out=1000 splits=[400,600] row=1") != std::string::npos,
                 text);
-        require(text.find("seq=2 op=all_reduce state=failed dtype=float32 reduce=max") !=
-                    std::string::npos,
-                text);
+        const size_t failed =
+            text.find("seq=2 op=all_reduce state=failed dtype=float32 reduce=max");
+        require(failed != std::string::npos, text);
+        // It slept while it waited: stamped then, so its time is exact (the 200 ms it waited).
+        const std::string line = text.substr(failed, text.find('\n', failed) - failed);
+        require(line.find(" time=") != std::string::npos && line.find("ms") != std::string::npos,
+                line);
       },
       std::chrono::seconds(60), job);
   close(pipe_fds[0]);
