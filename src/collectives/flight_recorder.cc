@@ -269,7 +269,7 @@ void TraceRing::end_run(uint64_t next_sequence) noexcept {
   run_head_.store(0, std::memory_order_release);
 }
 
-void TraceRing::split_run(uint64_t sequence) noexcept {
+void TraceRing::give_member_an_entry(uint64_t sequence) noexcept {
   const uint64_t head = run_head_.load(std::memory_order_relaxed);
   const TraceEntry& from = entry(head);
   if (load(from.sequence) != head) return;  // the head's entry was reused: nothing to copy

@@ -14,13 +14,14 @@
 // stream that runs it, so no two threads ever write one entry at once. Readers (dumps) may run on
 // any thread at any time: each entry is a seqlock whose version is its sequence field (0 while
 // being rewritten), and every field is accessed through relaxed std::atomic_ref, so a reader
-// either sees a consistent entry or skips it. On x86 all of this compiles to plain moves: the hot
-// path of a small synchronous collective costs one or two cache lines of stores (prefetched by
-// the previous call) and one read of the coarse clock.
+// either sees a consistent entry or skips it. On x86 all of this compiles to plain moves: a new
+// call's entry costs one or two cache lines of stores (prefetched by the previous call) and, one
+// time in kSampleEvery, a read of the coarse clock; a repeated one costs less (runs, below).
 //
 // Runs: a training loop repeats the same small call, so a small synchronous collective that
 // repeats the call before it (CallCache's compare, which the mismatch check makes anyway) gets no
-// entry and costs the recorder nothing but a sampling test: it belongs to the run of the last
+// entry and costs the recorder a sampling test and one store as it completes
+// (run_member_completed()): it belongs to the run of the last
 // collective whose call differed from the one before (the run's head, start_run()). A run is
 // "every collective after its head, up to the next head": those up to completed_through_ have
 // completed, one more may be in flight (it is not shown until it sleeps, fails or completes).
@@ -191,7 +192,7 @@ class TraceRing {
   // ns): stamp it.
   void waiting(uint64_t sequence, uint64_t now) noexcept {
     if (sequence == 0) return;
-    if (in_open_run(sequence) && !has(sequence)) split_run(sequence);
+    if (in_open_run(sequence) && !has(sequence)) give_member_an_entry(sequence);
     TraceEntry& e = entry(sequence);
     std::atomic_ref<uint64_t> version(e.sequence);
     if (version.load(std::memory_order_relaxed) != sequence) return;
@@ -237,8 +238,8 @@ class TraceRing {
   // A run's collectives get a coarse time every kRunSampleEvery-th (a clock read per call would
   // cost more than the rest of the run's recording).
   static constexpr uint64_t kRunSampleEvery = 64;
-  // Runs (see the top). Written by the thread that executes synchronous collectives (and
-  // end_run() by scheduled() on any thread); read by dumps.
+  // Runs (see the top). Written by the thread that executes the group's collectives (and by
+  // suspend(), between collectives); read by dumps.
   // Closes the open run before collective `next_sequence`.
   void end_run(uint64_t next_sequence) noexcept;
   void sample_run(uint64_t sequence) noexcept;
@@ -248,7 +249,7 @@ class TraceRing {
   }
   // Gives collective `sequence` of the open run an entry of its own (a copy of the head's); the
   // run goes on around it.
-  void split_run(uint64_t sequence) noexcept;
+  void give_member_an_entry(uint64_t sequence) noexcept;
   TraceRun& run_record(uint64_t head) const noexcept { return runs_[head & mask_]; }
   // Adds a record for every collective of the runs that start at `records`' collectives.
   void expand_runs(std::vector<TraceRecord>& records, uint64_t completed) const;
@@ -269,7 +270,7 @@ class TraceRing {
     return static_cast<uint64_t>(plan.kind) |
            (static_cast<uint64_t>(static_cast<uint8_t>(plan.dtype)) << 8) |
            (static_cast<uint64_t>(static_cast<uint8_t>(plan.reduce_op)) << 16) |
-           (static_cast<uint64_t>(async_op) << 24) | (static_cast<uint64_t>(state) << kStateShift) |
+           (async_op ? kAsyncBit : 0) | (static_cast<uint64_t>(state) << kStateShift) |
            (static_cast<uint64_t>(static_cast<uint8_t>(plan.num_splits)) << 32) |
            (static_cast<uint64_t>(static_cast<uint8_t>(plan.root)) << 40);
   }

@@ -396,22 +396,14 @@ TEST_F(TraceDirectory, RunsAndAsyncCallsInterleavedShowEveryCollectiveOnce) {
     Tensor t = ones({4}, kFloat32).npu();
     // The op of each collective, and whether it is asynchronous.
     std::vector<std::pair<std::string, bool>> calls;
-    auto reduce = [&](bool async_op) {
-      if (async_op) {
-        all_reduce(t, ReduceOp::MAX, nullptr, true)->wait();
-      } else {
-        all_reduce(t, ReduceOp::MAX);
-      }
-      calls.emplace_back("all_reduce", async_op);
+    auto call = [&](const std::string& op, bool async_op) {
+      (op == "broadcast" ? broadcast(t, 1, nullptr, async_op)
+                         : all_reduce(t, ReduceOp::MAX, nullptr, async_op))
+          ->wait();
+      calls.emplace_back(op, async_op);
     };
-    auto cast = [&](bool async_op) {
-      if (async_op) {
-        broadcast(t, 1, nullptr, true)->wait();
-      } else {
-        broadcast(t, 1);
-      }
-      calls.emplace_back("broadcast", async_op);
-    };
+    auto reduce = [&](bool async_op) { call("all_reduce", async_op); };
+    auto cast = [&](bool async_op) { call("broadcast", async_op); };
     for (int i = 0; i < 5; ++i)
       reduce(false);
     reduce(true);
