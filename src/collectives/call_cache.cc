@@ -38,13 +38,7 @@ uint64_t call_hash(const OpPlan& plan, transport::Transfer transfer) {
 }
 
 void CallCache::refill(const OpPlan& plan, transport::Transfer transfer) {
-  dtype_ = plan.dtype;
-  reduce_op_ = plan.reduce_op;
-  root_ = plan.root;
-  name_ = plan.name;
-  input_numel_ = plan.input_numel();
-  row_elements_ = plan.row_elements;
-  num_splits_ = plan.num_splits;
+  fields_ = plan;
   for (int r = 0; r < plan.num_splits; ++r)
     splits_[static_cast<size_t>(r)] = plan.splits[static_cast<size_t>(r)];
   hash_ = call_hash(plan, transfer);

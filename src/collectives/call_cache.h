@@ -19,6 +19,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
 
 #include "collectives/op_plan.h"
 
@@ -39,7 +40,7 @@ class CallCache {
     return false;
   }
   // The next call is a new one, whatever it is.
-  void forget() { name_ = nullptr; }
+  void forget() { fields_.name = nullptr; }
   uint64_t hash() const { return hash_; }
   // Distinct for each distinct call remembered in a row (1, 2, ...; 0 is never a call's id).
   uint64_t id() const { return id_; }
@@ -54,13 +55,7 @@ class CallCache {
   void refill(const OpPlan& plan, transport::Transfer transfer);
 
   // The remembered call.
-  ScalarType dtype_ = kUInt8;
-  ReduceOp reduce_op_ = ReduceOp::SUM;
-  int root_ = 0;
-  const char* name_ = nullptr;
-  int64_t input_numel_ = -1;
-  int64_t row_elements_ = 0;
-  int num_splits_ = -1;
+  CallFields fields_{.name = nullptr};  // (no call's name: the first call is new)
   std::array<int64_t, transport::kMaxRanks> splits_{};
 
   uint64_t hash_ = 0;
@@ -72,14 +67,12 @@ inline bool CallCache::same(const OpPlan& plan) const {
   // Only what the others do not imply (a repeat is what the hot path sees, so each compare
   // costs): the name identifies the API function and hence the op kind; the transfer follows
   // from the sizes; every output size follows from the input's and the split sizes (which the
-  // API checked against the tensors). Non-short-circuit `&`: independent compares, one branch.
-  bool equal = (plan.name == name_) & (plan.dtype == dtype_) & (plan.reduce_op == reduce_op_) &
-               (plan.root == root_) & (plan.input_numel() == input_numel_) &
-               (plan.row_elements == row_elements_) & (plan.num_splits == num_splits_);
-  if (!equal) return false;
+  // API checked against the tensors).
+  if (std::memcmp(static_cast<const CallFields*>(&plan), &fields_, sizeof(CallFields)) != 0)
+    return false;
   for (int r = 0; r < plan.num_splits; ++r)
-    equal &= plan.splits[static_cast<size_t>(r)] == splits_[static_cast<size_t>(r)];
-  return equal;
+    if (plan.splits[static_cast<size_t>(r)] != splits_[static_cast<size_t>(r)]) return false;
+  return true;
 }
 
 }  // namespace shmccl::collectives

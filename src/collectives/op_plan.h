@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "shmccl/reduce_op.hpp"
@@ -19,9 +20,24 @@
 
 namespace shmccl::collectives {
 
+// What the call cache compares to tell a repeated call (CallCache::same, with the split sizes):
+// one block of plain data without padding, so that comparing two calls is one 40-byte memcmp
+// instead of a compare per field.
+struct CallFields {
+  const char* name = "";       // the API's name of the call (a string literal; implies the kind)
+  int64_t input_elements = 0;  // the input tensor's element count, 0 without one (OpPlan sets it)
+  int64_t row_elements = 1;    // elements per dim-0 row
+  ReduceOp reduce_op = ReduceOp::SUM;
+  int root = 0;
+  int num_splits = 0;
+  ScalarType dtype = kUInt8;
+  uint8_t unused[3] = {};  // explicit padding: every byte of the block is compared
+};
+static_assert(sizeof(CallFields) == 40 && std::has_unique_object_representations_v<CallFields>);
+
 // The tensors are borrowed from the caller for a synchronous call (no copies, hence no
 // allocation on the hot path) and owned by an owned_copy() for work that outlives the call.
-struct OpPlan {
+struct OpPlan : CallFields {
   OpPlan() = default;
   OpPlan(const OpPlan&) = delete;
   OpPlan& operator=(const OpPlan&) = delete;
@@ -32,14 +48,18 @@ struct OpPlan {
     return outputs_ != nullptr ? *outputs_ : no_outputs();
   }
   // Element counts, 0 for an absent tensor (no static guard: the call cache's hot path).
-  int64_t input_numel() const { return input_ != nullptr ? input_->numel() : 0; }
+  int64_t input_numel() const { return input_elements; }
   int64_t output_numel() const { return output_ != nullptr ? output_->numel() : 0; }
-  void borrow_input(const Tensor& tensor) { input_ = &tensor; }
+  void borrow_input(const Tensor& tensor) {
+    input_ = &tensor;
+    input_elements = tensor.numel();
+  }
   void borrow_output(const Tensor& tensor) { output_ = &tensor; }
   void borrow_outputs(const std::vector<Tensor>& tensors) { outputs_ = &tensors; }
   void own_input(Tensor tensor) {
     owned_input_ = std::move(tensor);
     input_ = &owned_input_;
+    input_elements = owned_input_.numel();
   }
   void own_output(Tensor tensor) {
     owned_output_ = std::move(tensor);
@@ -48,13 +68,8 @@ struct OpPlan {
   // A plan equal to this one that owns copies of its tensors.
   std::shared_ptr<OpPlan> owned_copy() const {
     auto copy = std::make_shared<OpPlan>();
+    static_cast<CallFields&>(*copy) = *this;
     copy->kind = kind;
-    copy->name = name;
-    copy->dtype = dtype;
-    copy->reduce_op = reduce_op;
-    copy->root = root;
-    copy->row_elements = row_elements;
-    copy->num_splits = num_splits;
     copy->splits = splits;
     copy->sequence = sequence;
     copy->async_op = async_op;
@@ -68,12 +83,6 @@ struct OpPlan {
   }
 
   transport::OpKind kind = transport::OpKind::kNone;
-  const char* name = "";  // the API's name of the call, for messages
-  ScalarType dtype = kUInt8;
-  ReduceOp reduce_op = ReduceOp::SUM;
-  int root = 0;
-  int64_t row_elements = 1;  // elements per dim-0 row
-  int num_splits = 0;
   std::array<int64_t, transport::kMaxRanks> splits;  // rows per rank, [0, num_splits) set
   uint64_t sequence = 0;
   bool async_op = false;  // runs on the group's stream, reported through a Work
