@@ -2,10 +2,10 @@
 //
 // CallCache: what a rank remembers of its last collective call on a group, so that the call a
 // training loop repeats costs neither a new fingerprint nor a new descriptor nor a new flight
-// record. Comparing a call with the remembered one is a handful of independent compares; hashing
-// it is a serial chain of multiplies, and writing its descriptor a dozen stores: measured against
-// a 0.2 us collective, that was the cost of the always-on mismatch check (bench/
-// recorder_overhead_bench.cc measures both).
+// record. Comparing a call with the remembered one is one memcmp of OpPlan's CallFields block
+// and a compare per split size; hashing it is a serial chain of multiplies, and writing its
+// descriptor a dozen stores: measured against a 0.2 us collective, that was the cost of the
+// always-on mismatch check (bench/recorder_overhead_bench.cc measures both).
 //
 // The call's hash covers exactly what every rank must agree on (op, dtype, reduce op, root, the
 // sizes that are common to all ranks, the split sizes, and how the data travels); a
