@@ -457,11 +457,38 @@ void run(detail::GroupState& state, const OpPlan& plan) {
     }
   }
   if (needs == Needs::kEveryone) {
-    transport.wait_until(everyone_arrived, timeout, [&] {
-      return detail::concat("in ", plan.name, " (sequence ", sequence, ", timeout ",
-                            state.timeout().count(), " ms): ranks ",
-                            transport::late_ranks(transport, sequence), " have not called it");
-    });
+    // A barrier releases its other ranks only once rank 0 has seen every arrival, so rank 0
+    // leaves first: a collective rooted at rank 0 that follows (barrier, then broadcast from 0)
+    // finds its root ahead of the others, which MPI's barriers give too. When ranks outnumber
+    // cores this saves the receivers that would otherwise leave first a wait for the root's next
+    // time slice (a context switch, several microseconds). Rank 0 releases from barriers only: a
+    // rank 0 that called something else is a mismatch, reported by the check below.
+    const bool after_release = plan.kind == OpKind::kBarrier && rank != 0;
+    const transport::RankSlot& first = transport.slot(0);
+    auto released = [&] {
+      return first.released.load(std::memory_order_acquire) >= sequence ||
+             (arrived(0) && first.arrivals[parity].fingerprint != arrival.fingerprint);
+    };
+    transport.wait_until(
+        [&] { return (!after_release || released()) && everyone_arrived(); }, timeout,
+        [&] {
+          std::string late = transport::late_ranks(transport, sequence);
+          const char* what = " have not called it";
+          if (late.empty()) {
+            late = "0";
+            what = " have not released it (every rank arrived)";
+          }
+          return detail::concat("in ", plan.name, " (sequence ", sequence, ", timeout ",
+                                state.timeout().count(), " ms): ranks ", late, what);
+        });
+    if (plan.kind == OpKind::kBarrier && rank == 0) {
+      detail::release_to_peers();
+      mine.released.store(sequence, detail::kThreadSanitizer ? std::memory_order_seq_cst
+                                                             : std::memory_order_release);
+      // The store, then notify()'s read of the sleeper count, in the single total order.
+      detail::fence(std::memory_order_seq_cst);
+      transport.notify();
+    }
   }
 
   ExecContext context(transport, plan, rank, size, chunk_bytes());

@@ -7,7 +7,8 @@
 //   ControlHeader                       4 KiB   identity, work-pool counters, wake word, abort
 //   RankSlot[world_size]               40448 bytes each, cache-line aligned:
 //     arrivals[2]          2 lines   sequence, fingerprint, tiny payload (by sequence parity)
-//     pid ... consumed     1 line    owner's pid, attach state, pool and host-staging progress
+//     pid ... released     1 line    owner's pid, attach state, pool, host-staging and pull
+//                                    progress, barrier release
 //     descriptors[2]                 the calls, by parity
 //     inline_data[2]       2 x 16 KiB
 //
@@ -21,6 +22,8 @@
 //   3. the ranks claim chunks of work [pool_base, pool_end) from `claim` and count finished ones
 //      in `done`; both counters only grow, so no reset races between collectives;
 //   4. a rank returns once `done >= pool_end`.
+// A barrier adds one step to 2: rank 0 stores `released = s` in its slot once every rank has
+// arrived, and the others wait for that too, so rank 0 leaves first (executor.cc says why).
 // A collective with host tensors replaces 3-4 by the host-staging pipeline
 // (collectives/host_pipeline.h): windows numbered like pool chunks (monotonic across
 // collectives), with per-rank `staged`, `reduced` and `consumed` window counters in the slots.
@@ -40,7 +43,7 @@ inline constexpr int kMaxRanks = 64;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr size_t kInlineBytes = 16 * 1024;  // small-collective payload per slot and parity
 inline constexpr uint64_t kControlMagic = 0x73686d63636c4342ull;  // "shmcclCB"
-inline constexpr uint32_t kControlVersion = 5;
+inline constexpr uint32_t kControlVersion = 6;
 
 // A buffer one rank exposes for one collective: where it lives in its owner's device arena.
 // arena.pid == 0 means "no buffer".
@@ -124,7 +127,10 @@ struct alignas(kCacheLine) RankSlot {
   std::atomic<uint64_t> consumed;
   // The last pull broadcast this rank finished reading from its root (pull_broadcast.h).
   std::atomic<uint64_t> pulled;
-  char padding0[kCacheLine - 48];
+  // Rank 0's slot only: the last barrier at which it saw every rank arrive. The other ranks
+  // leave a barrier once it is there, so rank 0 always leaves first (executor.cc).
+  std::atomic<uint64_t> released;
+  char padding0[kCacheLine - 56];
   OpDescriptor descriptors[2];
   alignas(kCacheLine) unsigned char inline_data[2][kInlineBytes];
 };

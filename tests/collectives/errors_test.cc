@@ -141,6 +141,30 @@ TEST(CollectiveErrorsTest, MismatchedCallsFailOnEveryRankWithBothDescriptions) {
   }
 }
 
+// The other ranks of a barrier wait for rank 0's release, which only a barrier gives: rank 0
+// calling something else is a mismatch on every rank, not a wait until the timeout.
+TEST(CollectiveErrorsTest, ABarrierAgainstAnotherCallOnRankZeroIsAMismatch) {
+  for (int world : {2, 3, 4, 8}) {
+    const std::string job = testing::unique_job_id();
+    auto results = testing::run_ranks(
+        world,
+        [](const testing::RankContext& ctx) {
+          npu::set_device(ctx.rank % 8);
+          ctx.init(/*timeout_ms=*/30000);
+          barrier();
+          Tensor t = ones({2}, kFloat32).npu();
+          if (ctx.rank == 0) {
+            require_error([&] { all_reduce(t); }, "collective mismatch in all_reduce");
+          } else {
+            require_error([&] { barrier(); }, "collective mismatch in barrier");
+          }
+        },
+        std::chrono::seconds(60), job);
+    EXPECT_TRUE(testing::all_ranks_succeeded(results)) << world << " ranks";
+    EXPECT_TRUE(testing::no_segments_left(job));
+  }
+}
+
 TEST(CollectiveErrorsTest, DifferentSplitSizesAreAMismatchNamingBoth) {
   auto results = testing::run_ranks(2, [](const testing::RankContext& ctx) {
     npu::set_device(ctx.rank);

@@ -51,6 +51,8 @@ struct Trial {
   int victim = 1;
   uint64_t sequence = 3;  // the faulty collective (group creation number for kRendezvous)
   testing::OpSpec op;     // the collective every rank calls repeatedly (kBarrier for kBarrier)
+  // When set: the survivors must fail in the faulty collective itself, with this text.
+  std::string survivors_fail_at_fault_with;
   std::string describe() const {
     return str(world, " ranks, ", collectives::fault::action_name(action), " at ",
                collectives::fault::point_name(point), " of rank ", victim, ", sequence ", sequence,
@@ -158,6 +160,12 @@ void run_rank(const testing::RankContext& ctx, const Trial& trial, const std::st
         require(text.find(str("rank ", trial.victim, " (pid ")) != std::string::npos &&
                     text.find("died") != std::string::npos,
                 str("the error does not name rank ", trial.victim, " as dead: ", text));
+      }
+      if (!trial.survivors_fail_at_fault_with.empty()) {
+        require(call == trial.sequence &&
+                    text.find(trial.survivors_fail_at_fault_with) != std::string::npos,
+                str("expected an error in collective ", trial.sequence, " with '",
+                    trial.survivors_fail_at_fault_with, "', got in ", call, ": ", text));
       }
       // Every survivor wrote its flight recorder before the error reached it.
       const std::string recorded = read_file(str(trace, ".", ctx.rank));
@@ -287,6 +295,26 @@ INSTANTIATE_TEST_SUITE_P(Exit, FaultGrid,
                                                               Point::kMidCopy),
                                             ::testing::Values(4), ::testing::Values(Action::kExit)),
                          grid_name);
+
+// Rank 0 leaves a barrier first: the others leave once it has seen every arrival. Rank 0
+// stalled between its arrival and that release holds them in the same barrier, which they name
+// (without the release they would leave it and time out in the next call instead).
+TEST(FaultBarrier, RankZeroStalledAfterArrivingHoldsTheOthersInTheBarrier) {
+  if (!collectives::fault::compiled_in()) GTEST_SKIP() << "built without SHMCCL_FAULT_INJECTION";
+  for (int world : {2, 3, 4, 8}) {
+    Trial trial;
+    trial.world = world;
+    trial.point = Point::kAfterArrival;
+    trial.action = Action::kStall;
+    trial.victim = 0;
+    trial.sequence = 3;
+    trial.op = grid_op(Point::kBarrier, world, 0);
+    trial.survivors_fail_at_fault_with = "in barrier (sequence 3, timeout " +
+                                         std::to_string(kStallTimeout.count()) +
+                                         " ms): ranks 0 have not released it";
+    run_trial(trial);
+  }
+}
 
 // Pull broadcasts (3+ ranks, past the inline sizes): receivers finish without waiting for each
 // other, the root waits for their reads. A receiver or the root dies or stalls while the others
