@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -68,6 +69,20 @@ std::string str(const Args&... args) {
   std::ostringstream out;
   (out << ... << args);
   return out.str();
+}
+
+// Pins the calling process to the first CPU it may run on, so that every group of two or more
+// ranks doing the same is oversubscribed (more ranks than cores) whatever the machine.
+inline void run_on_one_cpu() {
+  cpu_set_t allowed;
+  require(sched_getaffinity(0, sizeof(allowed), &allowed) == 0, "sched_getaffinity");
+  int cpu = 0;
+  while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &allowed))
+    ++cpu;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  require(sched_setaffinity(0, sizeof(one), &one) == 0, "sched_setaffinity");
 }
 
 inline std::string unique_job_id() {

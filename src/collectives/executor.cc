@@ -457,13 +457,18 @@ void run(detail::GroupState& state, const OpPlan& plan) {
     }
   }
   if (needs == Needs::kEveryone) {
-    // A barrier releases its other ranks only once rank 0 has seen every arrival, so rank 0
-    // leaves first: a collective rooted at rank 0 that follows (barrier, then broadcast from 0)
-    // finds its root ahead of the others, which MPI's barriers give too. When ranks outnumber
-    // cores this saves the receivers that would otherwise leave first a wait for the root's next
-    // time slice (a context switch, several microseconds). Rank 0 releases from barriers only: a
-    // rank 0 that called something else is a mismatch, reported by the check below.
-    const bool after_release = plan.kind == OpKind::kBarrier && rank != 0;
+    // When ranks outnumber cores, a barrier's other ranks leave only once rank 0 has seen every
+    // arrival (its release), so rank 0 leaves first: a collective rooted at rank 0 that follows
+    // (barrier, then broadcast from 0) finds its root ahead of the receivers, which MPI's
+    // barriers give too. Without it, the receivers that held the cores when the barrier
+    // completed waited for the root's next time slice (a context switch or more: 4-6 us at 4
+    // ranks on 2 cores). It costs a loop of barriers the wait for rank 0's slice (3.0 -> 4.2 us
+    // there; docs/performance.md). With a core per rank, the root runs anyway and the release's
+    // extra line transfer would only slow the barrier down: no wait. Each rank decides alone and
+    // tells rank 0 as it attaches (RankSlot::awaits_release). Rank 0 releases from barriers
+    // only: a rank 0 that called something else is a mismatch, which the check below reports.
+    const bool after_release =
+        plan.kind == OpKind::kBarrier && rank != 0 && transport.oversubscribed();
     const transport::RankSlot& first = transport.slot(0);
     auto released = [&] {
       return first.released.load(std::memory_order_acquire) >= sequence ||
@@ -481,7 +486,7 @@ void run(detail::GroupState& state, const OpPlan& plan) {
           return detail::concat("in ", plan.name, " (sequence ", sequence, ", timeout ",
                                 state.timeout().count(), " ms): ranks ", late, what);
         });
-    if (plan.kind == OpKind::kBarrier && rank == 0) {
+    if (plan.kind == OpKind::kBarrier && rank == 0 && transport.others_await_release()) {
       detail::release_to_peers();
       mine.released.store(sequence, detail::kThreadSanitizer ? std::memory_order_seq_cst
                                                              : std::memory_order_release);

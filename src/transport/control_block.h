@@ -130,7 +130,10 @@ struct alignas(kCacheLine) RankSlot {
   // Rank 0's slot only: the last barrier at which it saw every rank arrive. The other ranks
   // leave a barrier once it is there, so rank 0 always leaves first (executor.cc).
   std::atomic<uint64_t> released;
-  char padding0[kCacheLine - 56];
+  // Non-zero when this rank waits for rank 0's barrier release (it runs oversubscribed); written
+  // before it attaches. Rank 0 releases only when some rank waits.
+  std::atomic<uint32_t> awaits_release;
+  char padding0[kCacheLine - 60];
   OpDescriptor descriptors[2];
   alignas(kCacheLine) unsigned char inline_data[2][kInlineBytes];
 };

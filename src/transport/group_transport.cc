@@ -70,6 +70,7 @@ std::unique_ptr<GroupTransport> GroupTransport::create(const std::string& name, 
   std::unique_ptr<GroupTransport> transport(new GroupTransport(std::move(segment), rank, size));
   RankSlot& mine = transport->slot(rank);
   mine.pid.store(getpid(), std::memory_order_relaxed);
+  mine.awaits_release.store(transport->oversubscribed_ ? 1 : 0, std::memory_order_relaxed);
   mine.attached.store(kAttached, std::memory_order_relaxed);
   transport->header_->attached_count.fetch_add(1, std::memory_order_seq_cst);
   return transport;
@@ -90,6 +91,7 @@ std::unique_ptr<GroupTransport> GroupTransport::open(const std::string& name, in
                    " of control block ", name, " is already taken by pid ",
                    mine.pid.load(std::memory_order_relaxed), ": two processes use the same rank");
   mine.pid.store(getpid(), std::memory_order_relaxed);
+  mine.awaits_release.store(transport->oversubscribed_ ? 1 : 0, std::memory_order_relaxed);
   mine.attached.store(kAttached, std::memory_order_seq_cst);
   transport->header_->attached_count.fetch_add(1, std::memory_order_seq_cst);
   transport->notify();
@@ -203,6 +205,19 @@ void GroupTransport::abort(const std::string& reason) {
   }
   header_->wake_word.fetch_add(1, std::memory_order_seq_cst);
   futex_wake(&header_->wake_word);
+}
+
+bool GroupTransport::others_await_release() {
+  int8_t known = others_await_release_.load(std::memory_order_relaxed);
+  if (known < 0) {
+    bool any = false;
+    for (int r = 0; r < size_; ++r) {
+      if (r != rank_ && slots_[r].awaits_release.load(std::memory_order_acquire) != 0) any = true;
+    }
+    known = any ? 1 : 0;
+    others_await_release_.store(known, std::memory_order_relaxed);
+  }
+  return known != 0;
 }
 
 void GroupTransport::notify() {

@@ -50,6 +50,11 @@ class GroupTransport {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // More ranks than this process may run on cores: waits yield and sleep instead of spinning.
+  bool oversubscribed() const { return oversubscribed_; }
+  // Whether another rank waits for barrier releases (RankSlot::awaits_release). Read once all
+  // ranks have arrived at a collective (each wrote its flag before it attached), then cached.
+  bool others_await_release();
   ControlHeader& header() const { return *header_; }
   RankSlot& slot(int rank) const { return slots_[rank]; }
   pid_t peer_pid(int rank) const { return peer_pids_[static_cast<size_t>(rank)]; }
@@ -145,6 +150,7 @@ class GroupTransport {
   std::vector<pid_t> peer_pids_;
   std::vector<PeerMonitor::WatchId> watches_;
   bool oversubscribed_ = false;
+  std::atomic<int8_t> others_await_release_{-1};  // -1: not read yet
   static constexpr std::chrono::microseconds kPureSpin{20};
   static constexpr int kEagerChecks = 512;         // ~0.5-1 us of back-to-back checks
   static constexpr int kOversubscribedChecks = 8;  // then yield (sleep_until)

@@ -53,6 +53,7 @@ struct Trial {
   testing::OpSpec op;     // the collective every rank calls repeatedly (kBarrier for kBarrier)
   // When set: the survivors must fail in the faulty collective itself, with this text.
   std::string survivors_fail_at_fault_with;
+  bool one_cpu = false;  // every rank on one CPU (testing::run_on_one_cpu)
   std::string describe() const {
     return str(world, " ranks, ", collectives::fault::action_name(action), " at ",
                collectives::fault::point_name(point), " of rank ", victim, ", sequence ", sequence,
@@ -107,6 +108,7 @@ class SharedReports {
 void run_rank(const testing::RankContext& ctx, const Trial& trial, const std::string& trace,
               SharedReports& shared) {
   Report& report = shared[ctx.rank];
+  if (trial.one_cpu) testing::run_on_one_cpu();
   const std::string fault = str(collectives::fault::point_name(trial.point), ":", trial.victim, ":",
                                 collectives::fault::action_name(trial.action), ":", trial.sequence);
   setenv("SHMCCL_FAULT", fault.c_str(), 1);
@@ -296,9 +298,10 @@ INSTANTIATE_TEST_SUITE_P(Exit, FaultGrid,
                                             ::testing::Values(4), ::testing::Values(Action::kExit)),
                          grid_name);
 
-// Rank 0 leaves a barrier first: the others leave once it has seen every arrival. Rank 0
-// stalled between its arrival and that release holds them in the same barrier, which they name
-// (without the release they would leave it and time out in the next call instead).
+// When ranks outnumber cores, rank 0 leaves a barrier first: the others leave once it has seen
+// every arrival. Rank 0 stalled between its arrival and that release holds them in the same
+// barrier, which they name (without the release they would leave it and time out in the next
+// call instead). Every rank runs on one CPU, so that the group is oversubscribed on any machine.
 TEST(FaultBarrier, RankZeroStalledAfterArrivingHoldsTheOthersInTheBarrier) {
   if (!collectives::fault::compiled_in()) GTEST_SKIP() << "built without SHMCCL_FAULT_INJECTION";
   for (int world : {2, 3, 4, 8}) {
@@ -309,6 +312,7 @@ TEST(FaultBarrier, RankZeroStalledAfterArrivingHoldsTheOthersInTheBarrier) {
     trial.victim = 0;
     trial.sequence = 3;
     trial.op = grid_op(Point::kBarrier, world, 0);
+    trial.one_cpu = true;
     trial.survivors_fail_at_fault_with = "in barrier (sequence 3, timeout " +
                                          std::to_string(kStallTimeout.count()) +
                                          " ms): ranks 0 have not released it";
