@@ -364,6 +364,12 @@ void TraceRing::expand_runs(std::vector<TraceRecord>& records, uint64_t complete
   for (const TraceRecord& r : records)
     explicit_sequences.push_back(r.sequence);
   std::sort(explicit_sequences.begin(), explicit_sequences.end());
+  // The dump shows a ring's worth of the newest collectives. Older members could be confused
+  // with an asynchronous call whose entry a newer one overwrote (queued further ahead than the
+  // ring holds): from here on every collective that had an entry still has it.
+  uint64_t newest = open_valid ? open_last : 0;
+  if (!explicit_sequences.empty()) newest = std::max(newest, explicit_sequences.back());
+  const uint64_t oldest_member = newest >= capacity_ ? newest - capacity_ + 1 : 0;
   const size_t heads = records.size();
   for (size_t i = 0; i < heads; ++i) {
     const uint64_t head = records[i].sequence;
@@ -385,8 +391,7 @@ void TraceRing::expand_runs(std::vector<TraceRecord>& records, uint64_t complete
       sampled_at = open_sampled_at;
     }
     if (last <= head) continue;
-    // At most a ring's worth of the run, the most recent collectives.
-    const uint64_t first = std::max(head + 1, last >= capacity_ ? last - capacity_ + 1 : 0);
+    const uint64_t first = std::max(head + 1, oldest_member);
     for (uint64_t sequence = first; sequence <= last; ++sequence) {
       if (std::binary_search(explicit_sequences.begin(), explicit_sequences.end(), sequence))
         continue;

@@ -26,7 +26,8 @@
 // "every collective after its head, up to the next head": those up to completed_through_ have
 // completed, one more may be in flight (it is not shown until it sleeps, fails or completes).
 // Collectives inside a run that have an entry of their own (asynchronous and work-pool calls, one
-// that slept or failed) are shown from it. A dump expands a run into one line per collective. The
+// that slept or failed) are shown from it. A dump expands a run into one line per collective,
+// those among the ring's worth of newest collectives (see expand_runs). The
 // open run lives in TraceRing's own fields; a closed one in `runs_`, at its head's index. This
 // relies on every sequence number of a group running (the executor takes a synchronous call's
 // number only as it starts it).

@@ -178,19 +178,20 @@ TEST(TraceRingTest, RepeatedSmallCollectivesAreRecordedAsRuns) {
   Tensor other = zeros({3}, kInt32);
   record_inline(ring, *gather_plan(21, other), /*new_call=*/true);
   std::vector<TraceRecord> records = sorted_snapshot(ring);
-  // Collective 1's entry, the last 8 of its run (13-20), and collective 21.
-  ASSERT_EQ(records.size(), 10u);
+  // Collective 1's entry, the members of its run among the newest 8 collectives (14-20), and
+  // collective 21.
+  ASSERT_EQ(records.size(), 9u);
   EXPECT_EQ(records[0].sequence, 1u);
-  for (size_t i = 1; i <= 8; ++i) {
-    EXPECT_EQ(records[i].sequence, 12 + i);
+  for (size_t i = 1; i <= 7; ++i) {
+    EXPECT_EQ(records[i].sequence, 13 + i);
     EXPECT_EQ(records[i].state, TraceState::kCompleted);
     EXPECT_EQ(records[i].input_numel, 2);
     EXPECT_EQ(records[i].splits, (std::vector<int64_t>{2, 4}));
     EXPECT_STREQ(records[i].name, "all_gather_into_tensor_uneven");
   }
-  EXPECT_EQ(records[9].sequence, 21u);
-  EXPECT_EQ(records[9].input_numel, 3);
-  EXPECT_EQ(records[9].state, TraceState::kStarted);
+  EXPECT_EQ(records[8].sequence, 21u);
+  EXPECT_EQ(records[8].input_numel, 3);
+  EXPECT_EQ(records[8].state, TraceState::kStarted);
 
   // The open run: 22 completes, 23 is still running when it starts to sleep (a precise stamp:
   // it gets an entry of its own), 24 fails (an entry of its own, failed).
@@ -255,6 +256,36 @@ TEST(TraceRingTest, RunsGoOnAroundEntriesOfTheirOwn) {
     EXPECT_EQ(r.started_at != 0, r.sequence == 4 || r.sequence == 7) << r.sequence;
   }
   EXPECT_EQ(sequences, (std::vector<uint64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+}
+
+// Asynchronous calls queued further ahead than the ring holds overwrite the entries of older
+// ones, also of one inside a run: the dump shows a ring's worth of the newest collectives, so
+// such a call is never mistaken for one of the run's synchronous members.
+TEST(TraceRingTest, AsynchronousCallsQueuedBeyondTheRingHideNoOlderCallInARun) {
+  TraceRing ring("g", 0, 2, 8);
+  Tensor input = zeros({2}, kInt32);
+  auto plan = [&](uint64_t sequence) { return gather_plan(sequence, input); };
+  for (uint64_t sequence = 1; sequence <= 10; ++sequence) {
+    if (sequence == 5) {  // the same call, asynchronous: an entry of its own inside the run
+      ring.scheduled(*plan(5), /*async_op=*/true);
+      ring.started(5);
+      ring.finished(5, true, true);
+      continue;
+    }
+    record_inline(ring, *plan(sequence), /*new_call=*/sequence == 1);
+    complete_inline(ring, sequence, sequence == 1);
+  }
+  for (uint64_t sequence = 11; sequence <= 13; ++sequence)  // queued; 13 overwrites 5's entry
+    ring.scheduled(*plan(sequence), /*async_op=*/true);
+  std::vector<uint64_t> sequences;
+  for (const TraceRecord& r : sorted_snapshot(ring)) {
+    sequences.push_back(r.sequence);
+    EXPECT_EQ(r.async_op, r.sequence >= 11) << r.sequence;
+    EXPECT_EQ(r.state, r.sequence >= 11 ? TraceState::kScheduled : TraceState::kCompleted)
+        << r.sequence;
+  }
+  // The run's head keeps its entry; its members from 6 on are within the newest 8 collectives.
+  EXPECT_EQ(sequences, (std::vector<uint64_t>{1, 6, 7, 8, 9, 10, 11, 12, 13}));
 }
 
 // Dumps while runs start and end see each collective with its own call's fields.
