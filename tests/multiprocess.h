@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <new>
@@ -162,6 +163,9 @@ inline std::vector<RankResult> run_ranks(int world,
   const std::string& job_id = options.job_id;
   std::vector<pid_t> pids;
   std::vector<int> pipes;
+  // Output the test printed before is not the ranks' to print again as they exit.
+  std::fflush(stdout);
+  std::fflush(stderr);
   for (int rank = 0; rank < world; ++rank) {
     int fds[2];
     if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
