@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -42,6 +43,15 @@ static_assert(sizeof(ArenaHeader) == 32);
 static_assert(alignof(ArenaHeader) == 8);
 static_assert(std::is_trivially_copyable_v<ArenaHeader>);
 static_assert(sizeof(ArenaHeader) <= Arena::kHeaderBytes);
+static_assert(sizeof(ArenaHeader) <= Arena::kDecommitsOffset &&
+              Arena::kDecommitsOffset + sizeof(uint64_t) <= Arena::kHeaderBytes);
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+
+// The owner's decommit count in the header page of the arena mapped at `base`.
+std::atomic<uint64_t>& decommits(char* base) {
+  return *reinterpret_cast<std::atomic<uint64_t>*>(base - Arena::kHeaderBytes +
+                                                   Arena::kDecommitsOffset);
+}
 
 constexpr uint64_t kArenaMagic = 0x414e45524150'4e53ull;  // "SNPARENA" read as little-endian
 // Far beyond any machine, and small enough that offsets and roundings cannot overflow.
@@ -221,6 +231,9 @@ void Arena::free_segment(uint64_t offset, uint64_t bytes) {
   // Decommit outside the lock; nobody else can hand out the range until it is returned below.
   const int error = fallocate_retrying(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
                                        kHeaderBytes + offset, length);
+  // Before the range can be handed out again (and reach a peer in a new tensor's descriptor,
+  // whose publication orders this before the peer's populate()).
+  decommits(base_).fetch_add(1, std::memory_order_release);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     committed_ -= length;
@@ -326,6 +339,11 @@ void ArenaMapping::populate(uint64_t offset, uint64_t bytes) {
   uint64_t start = offset / kPage * kPage;
   uint64_t end = std::min(capacity_, (offset + bytes + kPage - 1) / kPage * kPage);
   std::lock_guard<std::mutex> lock(populated_mutex_);
+  const uint64_t owner_decommits = decommits(base_).load(std::memory_order_acquire);
+  if (owner_decommits != populated_decommits_) {
+    populated_.clear();
+    populated_decommits_ = owner_decommits;
+  }
   // Covered already: the range that starts at or before `start` reaches `end`.
   auto next = populated_.upper_bound(start);
   if (next != populated_.begin()) {

@@ -9,7 +9,9 @@
 // File layout of the memfd (size kHeaderBytes + capacity):
 //   [0, kHeaderBytes)                      header page: magic, token, capacity, owner pid, device;
 //                                          written once by the owner before any handle exists,
-//                                          checked by ArenaMapping::open; never handed out
+//                                          checked by ArenaMapping::open; never handed out.
+//                                          At kDecommitsOffset: how many segments the owner has
+//                                          decommitted (populate() starts over when it moved)
 //   [kHeaderBytes, kHeaderBytes+capacity)  the device's address space; base() points here, and
 //                                          segment offsets are relative to it
 #pragma once
@@ -66,6 +68,8 @@ class Arena {
   static constexpr uint64_t kSegmentGranularity = 2ull << 20;
   // The header page in front of the address space (see the layout above).
   static constexpr uint64_t kHeaderBytes = 4096;
+  // Where the header page keeps the decommit count (a std::atomic<uint64_t>, its own line).
+  static constexpr uint64_t kDecommitsOffset = 64;
 
  private:
   // Puts [offset, offset + length) back into free_ranges_, merged with adjacent free ranges.
@@ -104,6 +108,9 @@ class ArenaMapping {
   // which piece changes from call to call, so without this the faults went on for several calls
   // (256 MiB all-gather at 4 ranks: 46-129 ms per call, 1.5 million minor faults in a run).
   // Best effort (MADV_POPULATE_WRITE, Linux 5.14); the range must lie in the committed arena.
+  // What is remembered is forgotten once the owner decommits a segment (the hole punch empties
+  // our page tables there too, and the range may come back as a new tensor: npu::empty_cache()
+  // between two collectives on equal sizes otherwise cost the next ones their faults again).
   // Thread-safe.
   void populate(uint64_t offset, uint64_t bytes);
 
@@ -115,6 +122,7 @@ class ArenaMapping {
   uint64_t capacity_ = 0;
   std::mutex populated_mutex_;
   std::map<uint64_t, uint64_t> populated_;  // page-aligned [start, end) ranges, disjoint
+  uint64_t populated_decommits_ = 0;        // the owner's decommit count they were taken at
 };
 
 // "512 bytes", "64.00 KiB", "2.00 MiB", "16.00 GiB": sizes as memory errors print them.

@@ -368,6 +368,29 @@ TEST(ArenaMappingTest, PopulateFillsThePageTablesOfAPeerMapping) {
   mapping->populate(~uint64_t{0} - 10, 100);
 }
 
+// The owner decommitting a segment empties the peers' page tables there: a range populated
+// before is populated again when it comes back (npu::empty_cache(), then a new tensor).
+TEST(ArenaMappingTest, PopulateStartsOverAfterTheOwnerDecommits) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "fault counts are meaningless under ThreadSanitizer";
+#endif
+  constexpr uint64_t kBytes = 8 * kMiB;  // 2048 pages
+  Arena arena(6, 32 * kMiB);
+  const uint64_t offset = arena.allocate_segment(kBytes);
+  fill(arena.base() + offset, kBytes, 1);
+  auto mapping = ArenaMapping::open(arena.handle());
+  mapping->populate(offset, kBytes);
+  arena.free_segment(offset, kBytes);
+  ASSERT_EQ(arena.allocate_segment(kBytes), offset) << "the test needs the same range back";
+  fill(arena.base() + offset, kBytes, 2);  // the owner's new pages
+  mapping->populate(offset, kBytes);
+  const long before = minor_faults();
+  fill(mapping->base() + offset, kBytes, 3);
+  const long faults = minor_faults() - before;
+  EXPECT_LT(faults, 2048 / 4) << "the range was not populated again";
+  EXPECT_TRUE(check(arena.base() + offset, kBytes, 3));
+}
+
 // The parent owns the arena; a child maps it through pidfd_getfd of its parent.
 TEST(ArenaMappingTest, ChildMapsParentArena) {
   constexpr uint64_t kBytes = 4 * kMiB;
