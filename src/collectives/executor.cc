@@ -324,6 +324,49 @@ void settle_early_finish(detail::GroupState& state, const OpPlan& plan) {
     wait_for_receivers(state, pull_root, early, "before", plan.name, plan.sequence);
 }
 
+// A barrier's wait for every arrival. When ranks outnumber cores the other ranks also wait for
+// rank 0's release, so rank 0 leaves first: a collective rooted at rank 0 that follows (barrier,
+// then broadcast from 0) finds its root ahead of the receivers, as MPI's barriers have it.
+// Without it, the receivers that held the cores when the barrier completed waited for the root's
+// next time slice (4-6 us at 4 ranks on 2 cores); a loop of barriers pays the wait for rank 0's
+// slice instead (3.0 -> 4.2 us there; docs/performance.md). With a core per rank the root runs
+// anyway and the release would only add a line transfer: no wait. Rank 0 releases from barriers
+// only: a rank 0 that called something else is a mismatch, which run()'s check reports.
+[[gnu::noinline]] void wait_in_barrier(detail::GroupState& state, const OpPlan& plan) {
+  transport::GroupTransport& transport = state.transport();
+  const uint64_t sequence = plan.sequence;
+  const int parity = static_cast<int>(sequence & 1);
+  const transport::RankSlot& first = transport.slot(0);
+  const transport::RankSlot& mine = transport.slot(transport.rank());
+  auto arrived = [&](int r) {
+    return transport.slot(r).arrivals[parity].sequence.load(std::memory_order_seq_cst) == sequence;
+  };
+  auto released = [&] {
+    if (!transport.awaits_release() || transport.barrier_released(sequence)) return true;
+    return arrived(0) && first.arrivals[parity].fingerprint != mine.arrivals[parity].fingerprint;
+  };
+  transport.wait_until(
+      [&] {
+        if (!released()) return false;
+        for (int r = 0; r < transport.size(); ++r) {
+          if (!arrived(r)) return false;
+        }
+        return true;
+      },
+      state.timeout(),
+      [&] {
+        std::string late = transport::late_ranks(transport, sequence);
+        const char* what = " have not called it";
+        if (late.empty()) {
+          late = "0";
+          what = " have not released it (every rank arrived)";
+        }
+        return detail::concat("in ", plan.name, " (sequence ", sequence, ", timeout ",
+                              state.timeout().count(), " ms): ranks ", late, what);
+      });
+  if (transport.rank() == 0) transport.release_barrier(sequence);
+}
+
 // The flight record of a collective that is not a small synchronous repeat of the call before
 // it: an asynchronous call was recorded when it was scheduled and starts now; any other gets an
 // entry; a new call starts a run.
@@ -456,44 +499,14 @@ void run(detail::GroupState& state, const OpPlan& plan) {
       needs = Needs::kEveryone;
     }
   }
-  if (needs == Needs::kEveryone) {
-    // When ranks outnumber cores, a barrier's other ranks leave only once rank 0 has seen every
-    // arrival (its release), so rank 0 leaves first: a collective rooted at rank 0 that follows
-    // (barrier, then broadcast from 0) finds its root ahead of the receivers, which MPI's
-    // barriers give too. Without it, the receivers that held the cores when the barrier
-    // completed waited for the root's next time slice (a context switch or more: 4-6 us at 4
-    // ranks on 2 cores). It costs a loop of barriers the wait for rank 0's slice (3.0 -> 4.2 us
-    // there; docs/performance.md). With a core per rank, the root runs anyway and the release's
-    // extra line transfer would only slow the barrier down: no wait. Each rank decides alone and
-    // tells rank 0 as it attaches (RankSlot::awaits_release). Rank 0 releases from barriers
-    // only: a rank 0 that called something else is a mismatch, which the check below reports.
-    const bool after_release =
-        plan.kind == OpKind::kBarrier && rank != 0 && transport.oversubscribed();
-    const transport::RankSlot& first = transport.slot(0);
-    auto released = [&] {
-      return first.released.load(std::memory_order_acquire) >= sequence ||
-             (arrived(0) && first.arrivals[parity].fingerprint != arrival.fingerprint);
-    };
-    transport.wait_until(
-        [&] { return (!after_release || released()) && everyone_arrived(); }, timeout,
-        [&] {
-          std::string late = transport::late_ranks(transport, sequence);
-          const char* what = " have not called it";
-          if (late.empty()) {
-            late = "0";
-            what = " have not released it (every rank arrived)";
-          }
-          return detail::concat("in ", plan.name, " (sequence ", sequence, ", timeout ",
-                                state.timeout().count(), " ms): ranks ", late, what);
-        });
-    if (plan.kind == OpKind::kBarrier && rank == 0 && transport.others_await_release()) {
-      detail::release_to_peers();
-      mine.released.store(sequence, detail::kThreadSanitizer ? std::memory_order_seq_cst
-                                                             : std::memory_order_release);
-      // The store, then notify()'s read of the sleeper count, in the single total order.
-      detail::fence(std::memory_order_seq_cst);
-      transport.notify();
-    }
+  if (plan.kind == OpKind::kBarrier) [[unlikely]] {
+    wait_in_barrier(state, plan);
+  } else if (needs == Needs::kEveryone) {
+    transport.wait_until(everyone_arrived, timeout, [&] {
+      return detail::concat("in ", plan.name, " (sequence ", sequence, ", timeout ",
+                            state.timeout().count(), " ms): ranks ",
+                            transport::late_ranks(transport, sequence), " have not called it");
+    });
   }
 
   ExecContext context(transport, plan, rank, size, chunk_bytes());

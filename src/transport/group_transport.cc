@@ -11,6 +11,7 @@
 #include "core/check.h"
 #include "core/config.h"
 #include "core/logging.h"
+#include "core/memory_order.h"
 #include "device/device_context.h"
 #include "transport/futex.h"
 
@@ -70,7 +71,7 @@ std::unique_ptr<GroupTransport> GroupTransport::create(const std::string& name, 
   std::unique_ptr<GroupTransport> transport(new GroupTransport(std::move(segment), rank, size));
   RankSlot& mine = transport->slot(rank);
   mine.pid.store(getpid(), std::memory_order_relaxed);
-  mine.awaits_release.store(transport->oversubscribed_ ? 1 : 0, std::memory_order_relaxed);
+  mine.awaits_release.store(transport->awaits_release() ? 1 : 0, std::memory_order_relaxed);
   mine.attached.store(kAttached, std::memory_order_relaxed);
   transport->header_->attached_count.fetch_add(1, std::memory_order_seq_cst);
   return transport;
@@ -91,7 +92,7 @@ std::unique_ptr<GroupTransport> GroupTransport::open(const std::string& name, in
                    " of control block ", name, " is already taken by pid ",
                    mine.pid.load(std::memory_order_relaxed), ": two processes use the same rank");
   mine.pid.store(getpid(), std::memory_order_relaxed);
-  mine.awaits_release.store(transport->oversubscribed_ ? 1 : 0, std::memory_order_relaxed);
+  mine.awaits_release.store(transport->awaits_release() ? 1 : 0, std::memory_order_relaxed);
   mine.attached.store(kAttached, std::memory_order_seq_cst);
   transport->header_->attached_count.fetch_add(1, std::memory_order_seq_cst);
   transport->notify();
@@ -207,17 +208,23 @@ void GroupTransport::abort(const std::string& reason) {
   futex_wake(&header_->wake_word);
 }
 
-bool GroupTransport::others_await_release() {
-  int8_t known = others_await_release_.load(std::memory_order_relaxed);
-  if (known < 0) {
-    bool any = false;
+void GroupTransport::release_barrier(uint64_t sequence) {
+  int8_t others_wait = others_await_release_.load(std::memory_order_relaxed);
+  if (others_wait < 0) {
+    others_wait = 0;
     for (int r = 0; r < size_; ++r) {
-      if (r != rank_ && slots_[r].awaits_release.load(std::memory_order_acquire) != 0) any = true;
+      if (r != rank_ && slots_[r].awaits_release.load(std::memory_order_acquire) != 0)
+        others_wait = 1;
     }
-    known = any ? 1 : 0;
-    others_await_release_.store(known, std::memory_order_relaxed);
+    others_await_release_.store(others_wait, std::memory_order_relaxed);
   }
-  return known != 0;
+  if (others_wait == 0) return;
+  detail::release_to_peers();
+  slots_[rank_].released.store(
+      sequence, detail::kThreadSanitizer ? std::memory_order_seq_cst : std::memory_order_release);
+  // The store, then notify()'s read of the sleeper count, in the single total order.
+  detail::fence(std::memory_order_seq_cst);
+  notify();
 }
 
 void GroupTransport::notify() {

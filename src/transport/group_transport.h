@@ -52,9 +52,17 @@ class GroupTransport {
   int size() const { return size_; }
   // More ranks than this process may run on cores: waits yield and sleep instead of spinning.
   bool oversubscribed() const { return oversubscribed_; }
-  // Whether another rank waits for barrier releases (RankSlot::awaits_release). Read once all
-  // ranks have arrived at a collective (each wrote its flag before it attached), then cached.
-  bool others_await_release();
+
+  // Barrier release (control_block.h): when ranks outnumber cores, a barrier's other ranks wait
+  // for rank 0 to have seen every arrival, so that rank 0 leaves first. `awaits_release()`: this
+  // rank waits for it (it runs oversubscribed; each rank decides alone and says so in its slot
+  // as it attaches). Rank 0 calls release_barrier() once every rank arrived at barrier
+  // `sequence`; it stores and wakes only when some rank waits. barrier_released(): rank 0 did.
+  bool awaits_release() const { return rank_ != 0 && oversubscribed_; }
+  void release_barrier(uint64_t sequence);
+  bool barrier_released(uint64_t sequence) const {
+    return slots_[0].released.load(std::memory_order_acquire) >= sequence;
+  }
   ControlHeader& header() const { return *header_; }
   RankSlot& slot(int rank) const { return slots_[rank]; }
   pid_t peer_pid(int rank) const { return peer_pids_[static_cast<size_t>(rank)]; }
@@ -150,7 +158,9 @@ class GroupTransport {
   std::vector<pid_t> peer_pids_;
   std::vector<PeerMonitor::WatchId> watches_;
   bool oversubscribed_ = false;
-  std::atomic<int8_t> others_await_release_{-1};  // -1: not read yet
+  // Whether another rank waits for barrier releases: read once every rank arrived at a barrier
+  // (each wrote its flag before it attached), then kept. -1: not read yet.
+  std::atomic<int8_t> others_await_release_{-1};
   static constexpr std::chrono::microseconds kPureSpin{20};
   static constexpr int kEagerChecks = 512;         // ~0.5-1 us of back-to-back checks
   static constexpr int kOversubscribedChecks = 8;  // then yield (sleep_until)

@@ -107,6 +107,22 @@ void complete_inline(TraceRing& ring, uint64_t sequence, bool new_call) {
   }
 }
 
+// Collectives 1..last of one small call, `async_sequence` among them asynchronous (what submit()
+// and the executor record of it): a run from 1 with an entry of its own inside.
+void record_run_around_async(TraceRing& ring, const Tensor& input, uint64_t last,
+                             uint64_t async_sequence) {
+  for (uint64_t sequence = 1; sequence <= last; ++sequence) {
+    if (sequence == async_sequence) {
+      ring.scheduled(*gather_plan(sequence, input), /*async_op=*/true);
+      ring.started(sequence);
+      ring.finished(sequence, true, true);
+      continue;
+    }
+    record_inline(ring, *gather_plan(sequence, input), /*new_call=*/sequence == 1);
+    complete_inline(ring, sequence, sequence == 1);
+  }
+}
+
 std::vector<TraceRecord> sorted_snapshot(const TraceRing& ring) {
   std::vector<TraceRecord> records = ring.snapshot();
   std::sort(records.begin(), records.end(),
@@ -228,18 +244,7 @@ TEST(TraceRingTest, RepeatedSmallCollectivesAreRecordedAsRuns) {
 // own, whose members are synchronous.
 TEST(TraceRingTest, RunsGoOnAroundEntriesOfTheirOwn) {
   TraceRing ring("g", 0, 2, 16);
-  Tensor input = zeros({2}, kInt32);
-  auto plan = [&](uint64_t sequence) { return gather_plan(sequence, input); };
-  for (uint64_t sequence = 1; sequence <= 6; ++sequence) {
-    if (sequence == 4) {  // what submit() and the executor record of an asynchronous call
-      ring.scheduled(*plan(4), /*async_op=*/true);
-      ring.started(4);
-      ring.finished(4, true, true);
-      continue;
-    }
-    record_inline(ring, *plan(sequence), /*new_call=*/sequence == 1);
-    complete_inline(ring, sequence, sequence == 1);
-  }
+  record_run_around_async(ring, zeros({2}, kInt32), 6, 4);
   Tensor other = zeros({3}, kInt32);
   ring.scheduled(*gather_plan(7, other), /*async_op=*/true);
   ring.started(7);
@@ -264,19 +269,9 @@ TEST(TraceRingTest, RunsGoOnAroundEntriesOfTheirOwn) {
 TEST(TraceRingTest, AsynchronousCallsQueuedBeyondTheRingHideNoOlderCallInARun) {
   TraceRing ring("g", 0, 2, 8);
   Tensor input = zeros({2}, kInt32);
-  auto plan = [&](uint64_t sequence) { return gather_plan(sequence, input); };
-  for (uint64_t sequence = 1; sequence <= 10; ++sequence) {
-    if (sequence == 5) {  // the same call, asynchronous: an entry of its own inside the run
-      ring.scheduled(*plan(5), /*async_op=*/true);
-      ring.started(5);
-      ring.finished(5, true, true);
-      continue;
-    }
-    record_inline(ring, *plan(sequence), /*new_call=*/sequence == 1);
-    complete_inline(ring, sequence, sequence == 1);
-  }
+  record_run_around_async(ring, input, 10, 5);
   for (uint64_t sequence = 11; sequence <= 13; ++sequence)  // queued; 13 overwrites 5's entry
-    ring.scheduled(*plan(sequence), /*async_op=*/true);
+    ring.scheduled(*gather_plan(sequence, input), /*async_op=*/true);
   std::vector<uint64_t> sequences;
   for (const TraceRecord& r : sorted_snapshot(ring)) {
     sequences.push_back(r.sequence);

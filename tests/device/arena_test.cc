@@ -334,6 +334,13 @@ long minor_faults() {
   return usage.ru_minflt;
 }
 
+// The minor faults this process takes while it fills `bytes` at `at` (from `seed`).
+long faults_filling(char* at, uint64_t bytes, uint8_t seed) {
+  const long before = minor_faults();
+  fill(at, bytes, seed);
+  return minor_faults() - before;
+}
+
 // A peer's mapping filled by populate() takes no page fault per page when written; a range
 // inside one already populated is remembered (no second madvise needed to stay fault-free).
 TEST(ArenaMappingTest, PopulateFillsThePageTablesOfAPeerMapping) {
@@ -346,17 +353,13 @@ TEST(ArenaMappingTest, PopulateFillsThePageTablesOfAPeerMapping) {
   const uint64_t offset = arena.allocate_segment(kBytes);
   fill(arena.base() + offset, kBytes, 1);  // the owner's pages exist
   auto unpopulated = ArenaMapping::open(arena.handle());
-  long before = minor_faults();
-  fill(unpopulated->base() + offset, kBytes / 2, 2);
-  const long faults_without = minor_faults() - before;
+  const long faults_without = faults_filling(unpopulated->base() + offset, kBytes / 2, 2);
 
   auto mapping = ArenaMapping::open(arena.handle());
   mapping->populate(offset + 4096, kBytes / 4);          // the first quarter, unaligned
   mapping->populate(offset + kBytes / 4, kBytes / 4);    // adjacent: merged
   mapping->populate(offset + 8192, kBytes / 2 - 16384);  // covered: nothing to do
-  before = minor_faults();
-  fill(mapping->base() + offset + 4096, kBytes / 2 - 4096, 3);
-  const long faults_with = minor_faults() - before;
+  const long faults_with = faults_filling(mapping->base() + offset + 4096, kBytes / 2 - 4096, 3);
   // Relative: under ASan the writes also fault in its shadow memory (one page per 8), alike in
   // both cases.
   EXPECT_GT(faults_without, 256) << "the unpopulated mapping should fault per page";
@@ -384,9 +387,7 @@ TEST(ArenaMappingTest, PopulateStartsOverAfterTheOwnerDecommits) {
   ASSERT_EQ(arena.allocate_segment(kBytes), offset) << "the test needs the same range back";
   fill(arena.base() + offset, kBytes, 2);  // the owner's new pages
   mapping->populate(offset, kBytes);
-  const long before = minor_faults();
-  fill(mapping->base() + offset, kBytes, 3);
-  const long faults = minor_faults() - before;
+  const long faults = faults_filling(mapping->base() + offset, kBytes, 3);
   EXPECT_LT(faults, 2048 / 4) << "the range was not populated again";
   EXPECT_TRUE(check(arena.base() + offset, kBytes, 3));
 }
