@@ -136,13 +136,15 @@ ShmSegment ShmSegment::create(const std::string& name, size_t size, UnlinkPolicy
   };
   // The umask may have cleared bits of 0600; make the mode exact so the owner can always map it.
   if (::fchmod(fd.get(), 0600) == -1) fail("fchmod(0600)", errno);
-  if (::ftruncate(fd.get(), static_cast<off_t>(size)) == -1) fail("ftruncate", errno);
+  // fallocate sets the size only once every page is committed, so openers (which check the size)
+  // never map a segment whose creator is about to fail with ENOSPC.
   if (fallocate_no_eintr(fd.get(), static_cast<off_t>(size)) == -1) {
     const int error_code = errno;
     if (error_code != EOPNOTSUPP) fail("fallocate", error_code);
     // Not tmpfs (should not happen for /dev/shm): proceed with a sparse segment.
     SHMCCL_WARN(kShm, "fallocate is not supported for shm segment ", name,
                 "; a full /dev/shm will show up as SIGBUS instead of an error");
+    if (::ftruncate(fd.get(), static_cast<off_t>(size)) == -1) fail("ftruncate", errno);
   }
   struct stat identity {};
   if (::fstat(fd.get(), &identity) == -1) fail("fstat", errno);
@@ -209,10 +211,14 @@ void ShmSegment::unlink() {
   unlinked_ = true;
   // Only if the name still refers to this segment: after someone else removed it, the same name
   // may already belong to a new segment (the next init of the same job), which must survive.
+  if (still_named()) unlink_name(name_);
+}
+
+bool ShmSegment::still_named() const {
+  if (name_.empty()) return false;
   struct stat current {};
-  if (::stat(("/dev/shm" + name_).c_str(), &current) == -1) return;
-  if (current.st_dev != device_ || current.st_ino != inode_) return;
-  unlink_name(name_);
+  if (::stat(("/dev/shm" + name_).c_str(), &current) == -1) return false;
+  return current.st_dev == device_ && current.st_ino == inode_;
 }
 
 }  // namespace shmccl::transport

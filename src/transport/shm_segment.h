@@ -50,8 +50,7 @@ class ShmSegment {
                                             UnlinkPolicy policy = UnlinkPolicy::kManual);
 
   // The current size of segment `name` without mapping it, or nullopt when it does not exist.
-  // A segment being created by another process may briefly report 0 (between its shm_open and
-  // its ftruncate).
+  // A segment being created by another process reports 0 until create() has committed all of it.
   static std::optional<size_t> size_of(const std::string& name);
 
   // Removes `name` from /dev/shm; true when it existed. ENOENT is not an error.
@@ -77,6 +76,9 @@ class ShmSegment {
   // someone else already removed or reused for a new segment, are fine). The mapping stays
   // valid until destruction; peers that mapped the segment keep it.
   void unlink();
+  // Whether `name` in /dev/shm still refers to this segment (not removed, not replaced). A peer
+  // waiting on a segment's contents checks it: a creator that failed unlinks and never writes.
+  bool still_named() const;
   // Switches to UnlinkPolicy::kManual: the destructor will leave the name in place.
   void keep() noexcept { policy_ = UnlinkPolicy::kManual; }
   void set_unlink_policy(UnlinkPolicy policy) noexcept { policy_ = policy; }

@@ -253,6 +253,8 @@ ShmStore::JoinResult ShmStore::join(Clock::time_point deadline) {
       }
       return JoinResult::kRetry;
     }
+    // A creator that failed (ENOSPC, say) unlinked the name before recording its pid.
+    if (!segment_.still_named()) return JoinResult::kRetry;
     const auto now = Clock::now();
     if (now >= deadline) {
       throw TimeoutError(detail::concat(

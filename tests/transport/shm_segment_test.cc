@@ -122,6 +122,20 @@ TEST_F(ShmSegmentTest, UnlinkIsIdempotentAndKeepsTheMapping) {
   EXPECT_EQ(static_cast<char*>(again.data())[0], 0);
 }
 
+TEST_F(ShmSegmentTest, StillNamedFollowsTheName) {
+  ShmSegment segment = ShmSegment::create(name(), 4096);
+  ShmSegment other = ShmSegment::open(name(), 4096);
+  EXPECT_TRUE(segment.still_named());
+  EXPECT_TRUE(other.still_named());
+  segment.unlink();
+  EXPECT_FALSE(segment.still_named());
+  EXPECT_FALSE(other.still_named());
+  // A new segment under the same name is not the one the old mappings hold.
+  ShmSegment again = ShmSegment::create(name(), 4096);
+  EXPECT_TRUE(again.still_named());
+  EXPECT_FALSE(other.still_named());
+}
+
 TEST_F(ShmSegmentTest, UnlinkPolicies) {
   { ShmSegment created = ShmSegment::create(name("a"), 4096); }
   EXPECT_FALSE(ShmSegment::size_of(name("a")).has_value()) << "kOnDestroy must unlink";

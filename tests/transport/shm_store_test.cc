@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <fstream>
 #include <thread>
 
 #include <gmock/gmock.h>
@@ -294,6 +295,42 @@ TEST_F(ShmStoreTest, HalfMadeStoreOfALiveCreatorTimesOut) {
   } catch (const TimeoutError& error) {
     EXPECT_THAT(error.what(), HasSubstr(name()));
   }
+}
+
+// How many times this process maps /dev/shm/<segment>.
+int mappings_of(const std::string& segment) {
+  std::ifstream maps("/proc/self/maps");
+  int count = 0;
+  for (std::string line; std::getline(maps, line);) {
+    if (line.ends_with("/dev/shm" + segment)) ++count;
+  }
+  return count;
+}
+
+// A creator that failed before recording its pid (ENOSPC, say) unlinks the half-made store. An
+// opener that mapped it meanwhile must notice at once and make its own, not wait for the timeout.
+TEST_F(ShmStoreTest, HalfMadeStoreWhoseCreatorGaveUpIsReplacedPromptly) {
+  ShmSegment half = ShmSegment::create(name(), ShmStore::segment_size(), UnlinkPolicy::kManual);
+  std::unique_ptr<ShmStore> store;
+  std::exception_ptr failure;
+  const auto start = Clock::now();
+  std::thread opener([&] {
+    try {
+      store = open(5s);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  });
+  // The opener maps the half-made store (ours is the first mapping), then waits in join.
+  while (mappings_of(name()) < 2 && Clock::now() - start < 4s)
+    std::this_thread::yield();
+  half.unlink();
+  opener.join();
+  if (failure) std::rethrow_exception(failure);
+  ASSERT_NE(store, nullptr);
+  EXPECT_TRUE(store->created());
+  EXPECT_LT(Clock::now() - start, 4s);  // not the 5 s timeout
+  store->unlink();
 }
 
 TEST_F(ShmStoreTest, ForeignSegmentsAreErrors) {
