@@ -120,6 +120,38 @@ struct BF16 : Float32Math {
   }
 };
 
+// The bit operations of InterleavedBF16 on 16 bfloat16.
+struct BF16Bits {
+  static void split(const uint16_t* p, __m256& even, __m256& odd) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+    odd = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xFFFF0000))));
+  }
+  // The bfloat16 nearest to v in the upper half of each 32-bit lane (the lower half is garbage).
+  static __m256i round_up_half(__m256 v) {
+    const __m256i bits = _mm256_castps_si256(v);
+    const __m256i upper = _mm256_srli_epi32(bits, 16);
+    const __m256i bias =
+        _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), _mm256_and_si256(upper, _mm256_set1_epi32(1)));
+    const __m256i rounded = _mm256_add_epi32(bits, bias);
+    const __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+    if (_mm256_movemask_ps(nan) == 0) [[likely]] {
+      return rounded;
+    }
+    // NaN: truncate, setting the quiet bit only when the kept payload is 0 (as half.hpp does).
+    const __m256i empty = _mm256_cmpeq_epi32(_mm256_and_si256(upper, _mm256_set1_epi32(0x7F)),
+                                             _mm256_setzero_si256());
+    const __m256i kept =
+        _mm256_or_si256(bits, _mm256_and_si256(empty, _mm256_set1_epi32(0x400000)));
+    return _mm256_blendv_epi8(rounded, kept, _mm256_castps_si256(nan));
+  }
+  static void join(uint16_t* p, __m256 even, __m256 odd) {
+    const __m256i low = _mm256_srli_epi32(round_up_half(even), 16);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                        _mm256_blend_epi16(low, round_up_half(odd), 0xAA));
+  }
+};
+
 struct F64 {
   using Elem = double;
   using Vec = __m256d;
@@ -226,6 +258,7 @@ struct Avx2 {
   using I64 = detail::I64;
   using F16 = detail::F16;
   using BF16 = detail::BF16;
+  using BF16Elementwise = simd::InterleavedBF16<detail::F32, detail::BF16Bits>;
   using F32 = detail::F32;
   using F64 = detail::F64;
 };

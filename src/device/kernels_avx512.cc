@@ -112,6 +112,48 @@ struct BF16 : Float32Math {
   }
 };
 
+// The bit operations of InterleavedBF16 on 32 bfloat16.
+struct BF16Bits {
+  static void split(const uint16_t* p, __m512& even, __m512& odd) {
+    const __m512i v = _mm512_loadu_si512(p);
+    even = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    odd = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xFFFF0000))));
+  }
+  // The bfloat16 nearest to v in the upper half of each 32-bit lane (the lower half is garbage).
+  static __m512i round_up_half(__m512 v) {
+    const __m512i bits = _mm512_castps_si512(v);
+    const __m512i upper = _mm512_srli_epi32(bits, 16);
+    const __m512i bias =
+        _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), _mm512_and_si512(upper, _mm512_set1_epi32(1)));
+    const __m512i rounded = _mm512_add_epi32(bits, bias);
+    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    if (nan == 0) [[likely]] {
+      return rounded;
+    }
+    // NaN: truncate, setting the quiet bit only when the kept payload is 0 (as half.hpp does).
+    const __mmask16 empty = _mm512_testn_epi32_mask(upper, _mm512_set1_epi32(0x7F));
+    const __m512i kept = _mm512_mask_or_epi32(bits, empty, bits, _mm512_set1_epi32(0x400000));
+    return _mm512_mask_mov_epi32(rounded, nan, kept);
+  }
+  static __m512i pack(__m512 even, __m512 odd) {
+    const __m512i low = _mm512_srli_epi32(round_up_half(even), 16);
+    return _mm512_mask_blend_epi16(0xAAAAAAAA, low, round_up_half(odd));
+  }
+  static void join(uint16_t* p, __m512 even, __m512 odd) {
+    _mm512_storeu_si512(p, pack(even, odd));
+  }
+  // The first n < 32 elements: masked lanes are neither read nor written (no fault past the end).
+  static __mmask32 first(size_t n) { return (__mmask32{1} << n) - 1; }
+  static void split_partial(const uint16_t* p, size_t n, __m512& even, __m512& odd) {
+    const __m512i v = _mm512_maskz_loadu_epi16(first(n), p);
+    even = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    odd = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xFFFF0000))));
+  }
+  static void join_partial(uint16_t* p, __m512 even, __m512 odd, size_t n) {
+    _mm512_mask_storeu_epi16(p, first(n), pack(even, odd));
+  }
+};
+
 struct F64 {
   using Elem = double;
   using Vec = __m512d;
@@ -217,6 +259,7 @@ struct Avx512 {
   using I64 = detail::I64;
   using F16 = detail::F16;
   using BF16 = detail::BF16;
+  using BF16Elementwise = simd::InterleavedBF16<detail::F32, detail::BF16Bits>;
   using F32 = detail::F32;
   using F64 = detail::F64;
 };

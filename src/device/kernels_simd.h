@@ -17,6 +17,52 @@
 
 namespace shmccl::kernels::detail::simd {
 
+// bfloat16 for reductions, kept interleaved: a bfloat16 is the upper half of a float32, so a vector
+// of 2 * Math::kLanes bfloat16 splits into its even elements (shifted up) and its odd ones (masked)
+// as two float32 vectors, and joins back by blending, with no lane-crossing widen or narrow.
+// Bits provides split(const uint16_t*, Vec& even, Vec& odd) and join(uint16_t*, Vec even, Vec odd)
+// (rounding to nearest even, NaNs as half.hpp). Elements are paired differently from the
+// contiguous layout, which only an element-wise op may ignore: reduce and binary, not casts.
+template <class Math, class Bits>
+struct InterleavedBF16 {
+  using Elem = uint16_t;
+  using Half = typename Math::Vec;
+  struct Vec {
+    Half even;
+    Half odd;
+  };
+  static constexpr size_t kLanes = 2 * Math::kLanes;
+  static constexpr bool kIsFloat = true;
+  static constexpr bool kIsBool = false;
+  static constexpr bool kHasMul = true;
+  static Vec load(const uint16_t* p) {
+    Vec v;
+    Bits::split(p, v.even, v.odd);
+    return v;
+  }
+  static void store(uint16_t* p, Vec v) { Bits::join(p, v.even, v.odd); }
+  // The first n (< kLanes) elements, where Bits can mask (lanes past n read as 0, never written).
+  static Vec load_partial(const uint16_t* p, size_t n) requires requires(Half& half) {
+    Bits::split_partial(p, n, half, half);
+  }
+  {
+    Vec v;
+    Bits::split_partial(p, n, v.even, v.odd);
+    return v;
+  }
+  static void store_partial(uint16_t* p, Vec v, size_t n) requires requires {
+    Bits::join_partial(p, v.even, v.odd, n);
+  }
+  { Bits::join_partial(p, v.even, v.odd, n); }
+  static Vec add(Vec a, Vec b) { return {Math::add(a.even, b.even), Math::add(a.odd, b.odd)}; }
+  static Vec sub(Vec a, Vec b) { return {Math::sub(a.even, b.even), Math::sub(a.odd, b.odd)}; }
+  static Vec mul(Vec a, Vec b) { return {Math::mul(a.even, b.even), Math::mul(a.odd, b.odd)}; }
+  static Vec div(Vec a, Vec b) { return {Math::div(a.even, b.even), Math::div(a.odd, b.odd)}; }
+  static Vec max(Vec a, Vec b) { return {Math::max(a.even, b.even), Math::max(a.odd, b.odd)}; }
+  static Vec min(Vec a, Vec b) { return {Math::min(a.even, b.even), Math::min(a.odd, b.odd)}; }
+  static Vec from_int(int n) { return {Math::from_int(n), Math::from_int(n)}; }
+};
+
 // dst[i] = finish(src0[i] combine src1[i] ... combine srcN-1[i]) for whole vectors in [begin, end);
 // returns where it stopped (the caller finishes the tail). Reads all sources of a block before
 // storing it, so dst may be one of the sources.
@@ -52,6 +98,20 @@ size_t reduce_loop(void* dst, const void* const* srcs, int num_srcs, size_t begi
     for (int s = 1; s < num_srcs; ++s)
       a = combine(a, V::load(static_cast<const Elem*>(srcs[s]) + i));
     V::store(out + i, finish(a));
+  }
+  // Traits with masked loads and stores finish the tail as one partial vector.
+  if constexpr (requires(const Elem* p, Elem* q, Vec v, size_t n) {
+                  V::load_partial(p, n);
+                  V::store_partial(q, v, n);
+                }) {
+    if (i < end) {
+      const size_t n = end - i;
+      Vec a = V::load_partial(first + i, n);
+      for (int s = 1; s < num_srcs; ++s)
+        a = combine(a, V::load_partial(static_cast<const Elem*>(srcs[s]) + i, n));
+      V::store_partial(out + i, finish(a), n);
+      i = end;
+    }
   }
   return i;
 }
@@ -154,7 +214,7 @@ void cast_with(void* dst, ScalarType dst_type, const void* src, ScalarType src_t
 }
 
 // Dtype dispatch over a family of traits: a struct naming one traits type per dtype (Bool, I8, U8,
-// I16, I32, I64, F16, BF16, F32, F64).
+// I16, I32, I64, F16, BF16, F32, F64, and BF16Elementwise for reduce and binary).
 template <class F>
 bool reduce_any(ReduceOp op, ScalarType type, void* dst, const void* const* srcs, int num_srcs,
                 size_t count) {
@@ -174,7 +234,7 @@ bool reduce_any(ReduceOp op, ScalarType type, void* dst, const void* const* srcs
     case ScalarType::Float16:
       return reduce_with<typename F::F16>(op, type, dst, srcs, num_srcs, count);
     case ScalarType::BFloat16:
-      return reduce_with<typename F::BF16>(op, type, dst, srcs, num_srcs, count);
+      return reduce_with<typename F::BF16Elementwise>(op, type, dst, srcs, num_srcs, count);
     case ScalarType::Float32:
       return reduce_with<typename F::F32>(op, type, dst, srcs, num_srcs, count);
     case ScalarType::Float64:
@@ -202,7 +262,7 @@ bool binary_any(BinaryOp op, ScalarType type, void* dst, const void* a, const vo
     case ScalarType::Float16:
       return binary_with<typename F::F16>(op, type, dst, a, b, count);
     case ScalarType::BFloat16:
-      return binary_with<typename F::BF16>(op, type, dst, a, b, count);
+      return binary_with<typename F::BF16Elementwise>(op, type, dst, a, b, count);
     case ScalarType::Float32:
       return binary_with<typename F::F32>(op, type, dst, a, b, count);
     case ScalarType::Float64:
