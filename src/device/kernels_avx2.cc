@@ -96,6 +96,18 @@ struct F16 : Float32Math {
   }
 };
 
+// float16 for the arithmetic ops: plain conversions (see kernels_avx512.cc's F16Arith).
+struct F16Arith : Float32Math {
+  using Elem = uint16_t;
+  static Vec load(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static void store(uint16_t* p, Vec v) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                     _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+};
+
 struct BF16 : Float32Math {
   using Elem = uint16_t;
   static Vec load(const uint16_t* p) {
@@ -257,6 +269,7 @@ struct Avx2 {
   using I32 = detail::I32;
   using I64 = detail::I64;
   using F16 = detail::F16;
+  using F16Arith = detail::F16Arith;
   using BF16 = detail::BF16;
   using BF16Elementwise = simd::InterleavedBF16<detail::F32, detail::BF16Bits>;
   using F32 = detail::F32;

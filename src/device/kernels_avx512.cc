@@ -90,6 +90,30 @@ struct F16 : Float32Math {
   }
 };
 
+// float16 for the arithmetic ops (SUM, PRODUCT, AVG, sub, div): plain conversions. They alter only
+// NaNs (vcvtph2ps quiets a signalling one, vcvtps2ph quiets and truncates), and float32
+// arithmetic quiets every NaN it touches anyway, so the results are F16's bit for bit. MIN and
+// MAX pass a NaN through untouched and take F16.
+struct F16Arith : Float32Math {
+  using Elem = uint16_t;
+  static Vec load(const uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static void store(uint16_t* p, Vec v) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                        _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  // The first n < 16 elements: masked lanes are neither read nor written.
+  static __mmask16 first(size_t n) { return static_cast<__mmask16>((1u << n) - 1); }
+  static Vec load_partial(const uint16_t* p, size_t n) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(first(n), p));
+  }
+  static void store_partial(uint16_t* p, Vec v, size_t n) {
+    _mm256_mask_storeu_epi16(p, first(n),
+                             _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+};
+
 struct BF16 : Float32Math {
   using Elem = uint16_t;
   static Vec load(const uint16_t* p) {
@@ -258,6 +282,7 @@ struct Avx512 {
   using I32 = detail::I32;
   using I64 = detail::I64;
   using F16 = detail::F16;
+  using F16Arith = detail::F16Arith;
   using BF16 = detail::BF16;
   using BF16Elementwise = simd::InterleavedBF16<detail::F32, detail::BF16Bits>;
   using F32 = detail::F32;

@@ -214,7 +214,8 @@ void cast_with(void* dst, ScalarType dst_type, const void* src, ScalarType src_t
 }
 
 // Dtype dispatch over a family of traits: a struct naming one traits type per dtype (Bool, I8, U8,
-// I16, I32, I64, F16, BF16, F32, F64, and BF16Elementwise for reduce and binary).
+// I16, I32, I64, F16, BF16, F32, F64; BF16Elementwise for reduce and binary, F16Arith for the
+// arithmetic ops).
 template <class F>
 bool reduce_any(ReduceOp op, ScalarType type, void* dst, const void* const* srcs, int num_srcs,
                 size_t count) {
@@ -232,7 +233,9 @@ bool reduce_any(ReduceOp op, ScalarType type, void* dst, const void* const* srcs
     case ScalarType::Int64:
       return reduce_with<typename F::I64>(op, type, dst, srcs, num_srcs, count);
     case ScalarType::Float16:
-      return reduce_with<typename F::F16>(op, type, dst, srcs, num_srcs, count);
+      if (op == ReduceOp::MIN || op == ReduceOp::MAX)
+        return reduce_with<typename F::F16>(op, type, dst, srcs, num_srcs, count);
+      return reduce_with<typename F::F16Arith>(op, type, dst, srcs, num_srcs, count);
     case ScalarType::BFloat16:
       return reduce_with<typename F::BF16Elementwise>(op, type, dst, srcs, num_srcs, count);
     case ScalarType::Float32:
@@ -260,7 +263,7 @@ bool binary_any(BinaryOp op, ScalarType type, void* dst, const void* a, const vo
     case ScalarType::Int64:
       return binary_with<typename F::I64>(op, type, dst, a, b, count);
     case ScalarType::Float16:
-      return binary_with<typename F::F16>(op, type, dst, a, b, count);
+      return binary_with<typename F::F16Arith>(op, type, dst, a, b, count);
     case ScalarType::BFloat16:
       return binary_with<typename F::BF16Elementwise>(op, type, dst, a, b, count);
     case ScalarType::Float32:
