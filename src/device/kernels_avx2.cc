@@ -108,30 +108,6 @@ struct F16Arith : Float32Math {
   }
 };
 
-struct BF16 : Float32Math {
-  using Elem = uint16_t;
-  static Vec load(const uint16_t* p) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-  }
-  // Integer round-to-nearest-even, as half.hpp does it.
-  static void store(uint16_t* p, Vec v) {
-    const __m256i bits = _mm256_castps_si256(v);
-    const __m256i upper = _mm256_srli_epi32(bits, 16);
-    const __m256i bias =
-        _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), _mm256_and_si256(upper, _mm256_set1_epi32(1)));
-    __m256i result = _mm256_srli_epi32(_mm256_add_epi32(bits, bias), 16);
-    // NaN: truncate, setting the quiet bit only when the kept payload is 0 (as half.hpp does).
-    const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-    const __m256i empty = _mm256_cmpeq_epi32(_mm256_and_si256(upper, _mm256_set1_epi32(0x7F)),
-                                             _mm256_setzero_si256());
-    const __m256i nan_bits =
-        _mm256_or_si256(upper, _mm256_and_si256(empty, _mm256_set1_epi32(0x40)));
-    result = _mm256_blendv_epi8(result, nan_bits, nan);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), pack_epi32(result));
-  }
-};
-
 // The bit operations of InterleavedBF16 on 16 bfloat16.
 struct BF16Bits {
   static void split(const uint16_t* p, __m256& even, __m256& odd) {
@@ -161,6 +137,19 @@ struct BF16Bits {
     const __m256i low = _mm256_srli_epi32(round_up_half(even), 16);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
                         _mm256_blend_epi16(low, round_up_half(odd), 0xAA));
+  }
+};
+
+// Contiguous, for casts: the rounding of BF16Bits, then narrowed to 16 bits.
+struct BF16 : Float32Math {
+  using Elem = uint16_t;
+  static Vec load(const uint16_t* p) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  static void store(uint16_t* p, Vec v) {
+    const __m256i result = _mm256_srli_epi32(BF16Bits::round_up_half(v), 16);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), pack_epi32(result));
   }
 };
 

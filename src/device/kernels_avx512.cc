@@ -114,28 +114,6 @@ struct F16Arith : Float32Math {
   }
 };
 
-struct BF16 : Float32Math {
-  using Elem = uint16_t;
-  static Vec load(const uint16_t* p) {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  }
-  // Integer round-to-nearest-even, not vcvtneps2bf16: that one flushes denormals to zero.
-  static void store(uint16_t* p, Vec v) {
-    const __m512i bits = _mm512_castps_si512(v);
-    const __m512i upper = _mm512_srli_epi32(bits, 16);
-    const __m512i bias =
-        _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), _mm512_and_si512(upper, _mm512_set1_epi32(1)));
-    __m512i result = _mm512_srli_epi32(_mm512_add_epi32(bits, bias), 16);
-    // NaN: truncate, setting the quiet bit only when the kept payload is 0 (as half.hpp does).
-    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-    const __mmask16 empty = _mm512_testn_epi32_mask(upper, _mm512_set1_epi32(0x7F));
-    const __m512i nan_bits = _mm512_mask_or_epi32(upper, empty, upper, _mm512_set1_epi32(0x40));
-    result = _mm512_mask_mov_epi32(result, nan, nan_bits);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(result));
-  }
-};
-
 // The bit operations of InterleavedBF16 on 32 bfloat16.
 struct BF16Bits {
   static void split(const uint16_t* p, __m512& even, __m512& odd) {
@@ -143,6 +121,7 @@ struct BF16Bits {
     even = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
     odd = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xFFFF0000))));
   }
+  // Integer round-to-nearest-even, not vcvtneps2bf16: that one flushes denormals to zero.
   // The bfloat16 nearest to v in the upper half of each 32-bit lane (the lower half is garbage).
   static __m512i round_up_half(__m512 v) {
     const __m512i bits = _mm512_castps_si512(v);
@@ -175,6 +154,19 @@ struct BF16Bits {
   }
   static void join_partial(uint16_t* p, __m512 even, __m512 odd, size_t n) {
     _mm512_mask_storeu_epi16(p, first(n), pack(even, odd));
+  }
+};
+
+// Contiguous, for casts: the rounding of BF16Bits, then narrowed to 16 bits.
+struct BF16 : Float32Math {
+  using Elem = uint16_t;
+  static Vec load(const uint16_t* p) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+  static void store(uint16_t* p, Vec v) {
+    const __m512i result = _mm512_srli_epi32(BF16Bits::round_up_half(v), 16);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(result));
   }
 };
 
