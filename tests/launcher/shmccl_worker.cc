@@ -1,15 +1,20 @@
 // Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
 //
 // A real shmccl rank for the launcher's flight-recorder tests (run under shmrun):
-//   die RANK   three all_reduces; then rank RANK SIGKILLs itself; the others' next all_reduce
-//              fails: they print "error: <what>" and wait to be stopped (a program stuck after
-//              the error)
-//   dump       three all_reduces, print "ready", wait to be stopped (SIGUSR1 dumps the recorder)
+//   die RANK MARKERS  three all_reduces; then rank RANK SIGKILLs itself once every other rank
+//                     sleeps inside the fourth all_reduce (each announces its pid in the file
+//                     MARKERS.<rank> as it enters it); that all_reduce fails on the others: they
+//                     print "error: <what>" and wait to be stopped (a program stuck after the
+//                     error)
+//   dump              three all_reduces, print "ready", wait to be stopped (SIGUSR1 dumps the
+//                     recorder)
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 
 #include "shmccl/shmccl.hpp"
@@ -21,16 +26,54 @@ namespace {
     pause();
 }
 
+std::string marker_path(const std::string& markers, int rank) {
+  return markers + "." + std::to_string(rank);
+}
+
+void announce_entry(const std::string& markers, int rank) {
+  const std::string path = marker_path(markers, rank);
+  {
+    std::ofstream out(path + ".tmp");
+    out << getpid() << "\n";
+  }
+  std::rename((path + ".tmp").c_str(), path.c_str());  // readers never see half a pid
+}
+
+// Waits (bounded) until `rank` announced its entry and its main thread sleeps in a futex: the
+// only futex sleep after the announcement is the all_reduce's wait for the rank that dies, by
+// which time the peer's recorder shows that collective as started. A timeout only weakens the
+// test's assertion; the caller dies anyway.
+bool wait_until_inside(const std::string& markers, int rank,
+                       std::chrono::steady_clock::time_point deadline) {
+  long pid = 0;
+  while (pid == 0) {
+    std::ifstream in(marker_path(markers, rank));
+    in >> pid;
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    if (pid == 0) usleep(1000);
+  }
+  const std::string wchan_path = "/proc/" + std::to_string(pid) + "/wchan";
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::ifstream in(wchan_path);
+    std::string wchan;
+    std::getline(in, wchan);
+    if (wchan.find("futex") != std::string::npos) return true;
+    usleep(1000);
+  }
+  return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: shmccl_worker die RANK | dump\n");
+    std::fprintf(stderr, "usage: shmccl_worker die RANK MARKERS | dump\n");
     return 64;
   }
   const std::string mode = argv[1];
   shmccl::init_process_group();
   const int rank = shmccl::get_rank();
+  const int world_size = shmccl::get_world_size();
   shmccl::Tensor t = shmccl::ones({4}, shmccl::kFloat32);
   for (int i = 0; i < 3; ++i)
     shmccl::all_reduce(t);
@@ -39,8 +82,17 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     wait_forever();
   }
-  if (mode == "die" && argc == 3) {
-    if (rank == std::atoi(argv[2])) raise(SIGKILL);
+  if (mode == "die" && argc == 4) {
+    const std::string markers = argv[3];
+    if (rank == std::atoi(argv[2])) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      for (int peer = 0; peer < world_size; ++peer) {
+        if (peer != rank && !wait_until_inside(markers, peer, deadline))
+          std::fprintf(stderr, "rank %d never slept inside the fourth all_reduce\n", peer);
+      }
+      raise(SIGKILL);
+    }
+    announce_entry(markers, rank);
     try {
       shmccl::all_reduce(t);
     } catch (const shmccl::Error& error) {

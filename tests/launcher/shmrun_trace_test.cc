@@ -43,8 +43,13 @@ class TraceFiles : public ::testing::Test {
 
 TEST_F(TraceFiles, SurvivorsOfADeadRankWriteTheirRecorderAndTheSummaryPointsAtIt) {
   const auto start = std::chrono::steady_clock::now();
-  const RunResult result = run_shmrun({"-v", "--nproc-per-node", "3", kShmcclWorker, "die", "1"},
-                                      {"SHMCCL_TRACE_FILE=" + prefix_});
+  // Rank 1 dies once ranks 0 and 2 sleep inside the fourth all_reduce (the worker waits for
+  // that), so their dumps must show it, whether they write them on learning of the death or as
+  // the collective fails.
+  const std::string markers = (directory_ / "inside").string();
+  const RunResult result =
+      run_shmrun({"-v", "--nproc-per-node", "3", kShmcclWorker, "die", "1", markers},
+                 {"SHMCCL_TRACE_FILE=" + prefix_});
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(result.exit_code, 128 + SIGKILL) << result.err;
