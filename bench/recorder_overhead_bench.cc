@@ -9,9 +9,17 @@
 //     both halves; suspended, every rank sends the same fingerprint);
 //   BM_DiagnosticsOverhead: both together against neither;
 //   BM_NoOverhead: an A/A run (both halves the same), the method's own noise.
+// Each also runs "/phased": before each collective, every rank idles for a random 0-255
+// iterations of an empty loop (its own sequence, the same in both halves). Back to back, two ranks
+// run in lock-step, and a change of a nanosecond in one rank's path can move its arrival to the
+// other side of the moment its peer polls, which costs a whole line transfer more or less: the
+// plain rows measure that phase as much as the work. The phased rows average over the phase;
+// their overhead_pct is the cost (cost_ns) over the plain call's time (call_us, measured by the
+// same processes in a third block without the jitter).
 //   SHMCCL_BENCH_RANKS=2 shmccl_recorder_overhead_bench
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -86,7 +94,24 @@ double timed_max_over_ranks(WarmUp&& warm_up, Call&& call) {
   return slowest.data_ptr<double>()[0];
 }
 
-void run_overhead(benchmark::State& state, Toggle toggle, Op op, int world, int rank) {
+// The phased rows' idle time before a collective: an empty loop of 0-255 iterations, drawn
+// from a per-rank xorshift sequence that restarts with `seed` (the same in both halves).
+class PhaseJitter {
+ public:
+  void restart(uint64_t seed) { state_ = seed * 0x9E3779B97F4A7C15ull | 1; }
+  void idle() {
+    state_ ^= state_ << 13;
+    state_ ^= state_ >> 7;
+    state_ ^= state_ << 17;
+    for (uint64_t i = state_ & 255; i > 0; --i)
+      asm volatile("");
+  }
+
+ private:
+  uint64_t state_ = 1;
+};
+
+void run_overhead(benchmark::State& state, Toggle toggle, Op op, int world, int rank, bool phased) {
   constexpr int kBlock = 200;
   constexpr int kWarmUp = 2;
   const int64_t count = std::max<int64_t>(8 / 4, world);
@@ -110,16 +135,35 @@ void run_overhead(benchmark::State& state, Toggle toggle, Op op, int world, int 
     }
   };
   detail::GroupState& group = default_group()->state();
-  std::vector<double> on, off;
+  std::vector<double> on, off, plain;
+  PhaseJitter jitter;
   int64_t round = 0;
   for (int i = 0; i < 20; ++i)
     once();
   for (auto _ : state) {
     double both = 0;
     // Alternate which half goes first, so that an order effect cancels out.
-    const bool first = (round++ % 2) == 0;
+    const bool first = (round % 2) == 0;
+    const uint64_t seed = static_cast<uint64_t>(round) * 1000003u + static_cast<uint64_t>(rank);
+    ++round;
     for (bool active : {first, !first}) {
       set_active(group, toggle, active);
+      jitter.restart(seed);
+      const double seconds = timed_max_over_ranks(
+          [&] {
+            for (int i = 0; i < kWarmUp; ++i)
+              once();
+          },
+          [&] {
+            for (int i = 0; i < kBlock; ++i) {
+              if (phased) jitter.idle();
+              once();
+            }
+          });
+      (active ? on : off).push_back(seconds / kBlock * 1e6);
+      both += seconds;
+    }
+    if (phased) {  // the plain call's time, with the diagnostic suspended
       const double seconds = timed_max_over_ranks(
           [&] {
             for (int i = 0; i < kWarmUp; ++i)
@@ -129,30 +173,39 @@ void run_overhead(benchmark::State& state, Toggle toggle, Op op, int world, int 
             for (int i = 0; i < kBlock; ++i)
               once();
           });
-      (active ? on : off).push_back(seconds / kBlock * 1e6);
-      both += seconds;
+      plain.push_back(seconds / kBlock * 1e6);
     }
     state.SetIterationTime(both / (2 * kBlock));
   }
   set_active(group, Toggle::kNothing, true);
   state.counters["on_us"] = median(on);
   state.counters["off_us"] = median(off);
-  state.counters["overhead_pct"] = (median(on) / median(off) - 1) * 100;
   state.counters["ranks"] = world;
+  if (phased) {
+    const double cost_us = median(on) - median(off);
+    state.counters["cost_ns"] = cost_us * 1e3;
+    state.counters["call_us"] = median(plain);
+    state.counters["overhead_pct"] = cost_us / median(plain) * 100;
+  } else {
+    state.counters["overhead_pct"] = (median(on) / median(off) - 1) * 100;
+  }
 }
 
 void register_all(const Options& /*options*/, int world, int rank) {
   for (Toggle toggle :
        {Toggle::kRecorder, Toggle::kMismatchCheck, Toggle::kBoth, Toggle::kNothing}) {
     for (Op op : {Op::kAllGatherUneven, Op::kReduceScatterUneven, Op::kAllReduce}) {
-      const std::string name = std::string("BM_") + toggle_name(toggle) + "/" + op_name(op) +
-                               "/npu/ranks:" + std::to_string(world) + "/bytes:8";
-      benchmark::RegisterBenchmark(
-          name.c_str(),
-          [=](benchmark::State& state) { run_overhead(state, toggle, op, world, rank); })
-          ->Iterations(400)
-          ->UseManualTime()
-          ->Unit(benchmark::kMicrosecond);
+      for (bool phased : {false, true}) {
+        const std::string name = std::string("BM_") + toggle_name(toggle) + "/" + op_name(op) +
+                                 "/npu/ranks:" + std::to_string(world) + "/bytes:8" +
+                                 (phased ? "/phased" : "");
+        benchmark::RegisterBenchmark(
+            name.c_str(),
+            [=](benchmark::State& state) { run_overhead(state, toggle, op, world, rank, phased); })
+            ->Iterations(400)
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
     }
   }
 }
