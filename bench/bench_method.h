@@ -11,6 +11,11 @@
 //      min_repetitions and at most max_repetitions in all;
 //   3. the figure is the median of all n * R samples (every rank, every repetition). The median
 //      over repetitions of the slowest rank's time is reported beside it (`slowest_us`).
+// With calls_per_sample K > 1 (--bench_calls_per_sample), a sample is "barrier; time K calls
+// back to back" divided by K: nccl-tests' way (the mean over a loop of iterations), which is
+// what a training loop pays. One call after a barrier charges, when ranks outnumber cores, the
+// scheduling round that the barrier's release starts to the ranks that run first; back to back,
+// that round overlaps the next call.
 // A variant whose call took longer than `cutoff` seconds (slowest rank, median) is not run at
 // larger sizes (those benchmarks are skipped with a message): that bounds a full run when a peer
 // collapses. Every rank runs the same benchmarks in the same order (fixed Iterations(1); every
@@ -61,7 +66,8 @@ struct Options {
   double budget_seconds = 0.1;  // measured time per benchmark (slowest rank)
   int64_t min_repetitions = 5;
   int64_t max_repetitions = 2000;
-  double cutoff_seconds = 1.0;  // a call slower than this ends the variant's larger sizes
+  double cutoff_seconds = 1.0;   // a call slower than this ends the variant's larger sizes
+  int64_t calls_per_sample = 1;  // back-to-back calls timed together (see above)
 };
 
 inline int64_t parse_bytes(const std::string& text) {
@@ -97,7 +103,9 @@ inline const char* kOptionsHelp =
     "  --bench_min_repetitions=R  (default 5)\n"
     "  --bench_max_repetitions=R  (default 2000)\n"
     "  --bench_cutoff=SECONDS     skip larger sizes of a variant once a call took longer "
-    "(default 1)\n";
+    "(default 1)\n"
+    "  --bench_calls_per_sample=K time K back-to-back calls per sample, as nccl-tests does "
+    "(default 1: one call after a barrier)\n";
 
 // Takes the --bench_* flags out of argv (argc is updated) and returns them.
 inline Options parse_options(int* argc, char** argv) {
@@ -124,6 +132,8 @@ inline Options parse_options(int* argc, char** argv) {
       options.max_repetitions = std::max<int64_t>(1, std::atoll(value.c_str()));
     } else if (name == "--bench_cutoff") {
       options.cutoff_seconds = std::atof(value.c_str());
+    } else if (name == "--bench_calls_per_sample") {
+      options.calls_per_sample = std::max<int64_t>(1, std::atoll(value.c_str()));
     } else {
       std::fprintf(stderr, "unknown option %s; the benchmark's own options:\n%s", name.c_str(),
                    kOptionsHelp);
@@ -250,8 +260,9 @@ Measurement measure(Comm& comm, int world, const Options& options, Call&& call) 
          ++i) {
       comm.barrier();
       const auto start = std::chrono::steady_clock::now();
-      call();
-      mine.push_back(seconds_since(start));
+      for (int64_t k = 0; k < options.calls_per_sample; ++k)
+        call();
+      mine.push_back(seconds_since(start) / static_cast<double>(options.calls_per_sample));
     }
     spent += comm.max(seconds_since(batch_start));
     if (static_cast<int64_t>(mine.size()) >= options.max_repetitions ||
@@ -383,11 +394,14 @@ inline void keep_output_on_rank0(int rank, int* argc, char** argv) {
 inline void add_method_context(const Options& options, int world) {
   benchmark::AddCustomContext("ranks", std::to_string(world));
   benchmark::AddCustomContext(
-      "method", "median over ranks and repetitions; repetitions until the slowest rank spent " +
-                    shortest(options.budget_seconds) + " s, in [" +
-                    std::to_string(options.min_repetitions) + ", " +
-                    std::to_string(options.max_repetitions) + "]; cutoff " +
-                    shortest(options.cutoff_seconds) + " s per call");
+      "method",
+      "median over ranks and repetitions; repetitions until the slowest rank spent " +
+          shortest(options.budget_seconds) + " s, in [" + std::to_string(options.min_repetitions) +
+          ", " + std::to_string(options.max_repetitions) + "]; cutoff " +
+          shortest(options.cutoff_seconds) + " s per call" +
+          (options.calls_per_sample > 1
+               ? "; samples of " + std::to_string(options.calls_per_sample) + " back-to-back calls"
+               : std::string()));
 }
 
 // The CPUs rank 0 may run on (its binding), e.g. "0-1" or "0".

@@ -17,6 +17,7 @@
 #     --no-bind         do not bind ranks to cores (by default every library's ranks are bound
 #                       to one core each when they fit, and left unbound when they outnumber cores)
 #     --max-bytes N, --budget S, --cutoff S, --max-repetitions R   the method's settings
+#     --calls-per-sample K   time K back-to-back calls per sample (nccl-tests' way; default 1)
 #     --timeout S       limit per binary run (default: 900 s; a run cut short keeps its rows)
 # Needs the benchmarks built (cmake -DSHMCCL_BUILD_BENCHMARKS=ON); the peers run when
 # build/bench/shmccl_peer_{openmpi,mpich}_bench exist. Plots need matplotlib for python3
@@ -46,8 +47,9 @@ while [ $# -gt 0 ]; do
     --budget) method+=("--bench_budget=$2"); shift ;;
     --cutoff) method+=("--bench_cutoff=$2"); shift ;;
     --max-repetitions) method+=("--bench_max_repetitions=$2"); shift ;;
+    --calls-per-sample) method+=("--bench_calls_per_sample=$2"); shift ;;
     --timeout) timeout_s=$2; shift ;;
-    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
     *) positional+=("$1") ;;
   esac
