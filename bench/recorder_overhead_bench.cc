@@ -140,6 +140,21 @@ void run_overhead(benchmark::State& state, Toggle toggle, Op op, int world, int 
   int64_t round = 0;
   for (int i = 0; i < 20; ++i)
     once();
+  // One block's time per collective (us), each collective after the jitter's idle time if `idle`.
+  auto time_block = [&](bool idle) {
+    const double seconds = timed_max_over_ranks(
+        [&] {
+          for (int i = 0; i < kWarmUp; ++i)
+            once();
+        },
+        [&] {
+          for (int i = 0; i < kBlock; ++i) {
+            if (idle) jitter.idle();
+            once();
+          }
+        });
+    return seconds / kBlock * 1e6;
+  };
   for (auto _ : state) {
     double both = 0;
     // Alternate which half goes first, so that an order effect cancels out.
@@ -149,33 +164,13 @@ void run_overhead(benchmark::State& state, Toggle toggle, Op op, int world, int 
     for (bool active : {first, !first}) {
       set_active(group, toggle, active);
       jitter.restart(seed);
-      const double seconds = timed_max_over_ranks(
-          [&] {
-            for (int i = 0; i < kWarmUp; ++i)
-              once();
-          },
-          [&] {
-            for (int i = 0; i < kBlock; ++i) {
-              if (phased) jitter.idle();
-              once();
-            }
-          });
-      (active ? on : off).push_back(seconds / kBlock * 1e6);
-      both += seconds;
+      const double us = time_block(phased);
+      (active ? on : off).push_back(us);
+      both += us;
     }
-    if (phased) {  // the plain call's time, with the diagnostic suspended
-      const double seconds = timed_max_over_ranks(
-          [&] {
-            for (int i = 0; i < kWarmUp; ++i)
-              once();
-          },
-          [&] {
-            for (int i = 0; i < kBlock; ++i)
-              once();
-          });
-      plain.push_back(seconds / kBlock * 1e6);
-    }
-    state.SetIterationTime(both / (2 * kBlock));
+    // The plain call's time, with the diagnostic suspended (the phased rows' denominator).
+    if (phased) plain.push_back(time_block(false));
+    state.SetIterationTime(both * 1e-6 / 2);
   }
   set_active(group, Toggle::kNothing, true);
   state.counters["on_us"] = median(on);

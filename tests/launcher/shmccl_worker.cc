@@ -18,6 +18,7 @@
 #include <string>
 
 #include "shmccl/shmccl.hpp"
+#include "transport/process_state.h"
 
 namespace {
 
@@ -52,15 +53,9 @@ bool wait_until_inside(const std::string& markers, int rank,
     if (std::chrono::steady_clock::now() > deadline) return false;
     if (pid == 0) usleep(1000);
   }
-  const std::string wchan_path = "/proc/" + std::to_string(pid) + "/wchan";
-  while (std::chrono::steady_clock::now() < deadline) {
-    std::ifstream in(wchan_path);
-    std::string wchan;
-    std::getline(in, wchan);
-    if (wchan.find("futex") != std::string::npos) return true;
-    usleep(1000);
-  }
-  return false;
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  return shmccl::transport::testing::wait_until_sleeping(static_cast<pid_t>(pid), "futex", left);
 }
 
 }  // namespace

@@ -8,7 +8,8 @@
 //    EXPECT/ASSERT do not reach the parent); throws, which the harness reports.
 //  - NamespaceTest: a fixture with a fresh shm namespace per test that fails the test if any
 //    /dev/shm/shmccl.<ns>.* entry is left at the end (and removes it).
-//  - wait_until_sleeping(pid): waits (bounded) until a process is blocked in the kernel.
+//  - wait_until_sleeping(pid) (process_state.h): waits (bounded) until a process is blocked in
+//    the kernel.
 #pragma once
 
 #include <fcntl.h>
@@ -28,6 +29,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "transport/process_state.h"
 
 #include "core/check.h"
 #include "transport/segment_names.h"
@@ -146,23 +149,6 @@ inline std::string run_processes(int count, const std::function<void(int rank)>&
     }
   }
   return failures.str();
-}
-
-// Waits until process `pid` sleeps in the kernel in a function whose name contains
-// `wchan_part` (e.g. "futex"), for at most `timeout`. Returns whether it did. Used to make sure
-// a wake really reaches a sleeper, not to paper over a race: the tests are correct either way.
-inline bool wait_until_sleeping(pid_t pid, const std::string& wchan_part,
-                                std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  const std::string path = "/proc/" + std::to_string(pid) + "/wchan";
-  while (std::chrono::steady_clock::now() < deadline) {
-    std::ifstream file(path);
-    std::string wchan;
-    std::getline(file, wchan);
-    if (wchan.find(wchan_part) != std::string::npos) return true;
-    ::sched_yield();
-  }
-  return false;
 }
 
 // A fresh namespace per test; fails the test when segments of it are left behind.

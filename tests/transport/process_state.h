@@ -1,0 +1,33 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// What another process is doing, read from /proc (no gtest: test workers use it too):
+//  - wait_until_sleeping(pid, wchan_part): waits (bounded) until a process sleeps in the kernel.
+#pragma once
+
+#include <sched.h>
+#include <sys/types.h>
+
+#include <chrono>
+#include <fstream>
+#include <string>
+
+namespace shmccl::transport::testing {
+
+// Waits until process `pid` sleeps in the kernel in a function whose name contains
+// `wchan_part` (e.g. "futex"), for at most `timeout`. Returns whether it did. Used to make sure
+// a wake really reaches a sleeper, not to paper over a race: the tests are correct either way.
+inline bool wait_until_sleeping(pid_t pid, const std::string& wchan_part,
+                                std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const std::string path = "/proc/" + std::to_string(pid) + "/wchan";
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::ifstream file(path);
+    std::string wchan;
+    std::getline(file, wchan);
+    if (wchan.find(wchan_part) != std::string::npos) return true;
+    ::sched_yield();
+  }
+  return false;
+}
+
+}  // namespace shmccl::transport::testing
