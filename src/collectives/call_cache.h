@@ -9,7 +9,8 @@
 //
 // The call's hash covers exactly what every rank must agree on (op, dtype, reduce op, root, the
 // sizes that are common to all ranks, the split sizes, and how the data travels); a
-// collective's fingerprint is that hash plus its sequence number. The remembered fields are a
+// collective's fingerprint is that hash with its sequence number (transport::call_fingerprint).
+// The remembered fields are a
 // superset (a rank's own sizes too), so a call equal to the remembered one has the same hash.
 // Ranks compare the fingerprints of one sequence number, which are equal exactly when the hashes
 // are.
@@ -45,10 +46,10 @@ class CallCache {
   // Distinct for each distinct call remembered in a row (1, 2, ...; 0 is never a call's id).
   uint64_t id() const { return id_; }
 
-  // The half `parity` of this rank's slot holds the full descriptor of call `id` (so a repeat
-  // only needs the new sequence number there); 0 when unknown.
-  uint64_t descriptor_call(int parity) const { return descriptor_call_[parity]; }
-  void set_descriptor_call(int parity, uint64_t id) { descriptor_call_[parity] = id; }
+  // Entry `entry` of this rank's slot holds the full descriptor of call `id` (so a repeat only
+  // needs the new sequence number there); 0 when unknown.
+  uint64_t descriptor_call(int entry) const { return descriptor_call_[entry]; }
+  void set_descriptor_call(int entry, uint64_t id) { descriptor_call_[entry] = id; }
 
  private:
   bool same(const OpPlan& plan) const;
@@ -60,7 +61,7 @@ class CallCache {
 
   uint64_t hash_ = 0;
   uint64_t id_ = 0;
-  uint64_t descriptor_call_[2] = {0, 0};
+  uint64_t descriptor_call_[transport::kCallRing] = {};
 };
 
 inline bool CallCache::same(const OpPlan& plan) const {

@@ -1,6 +1,7 @@
 // Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
 #include "collectives/executor.h"
 
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 
@@ -280,48 +281,37 @@ RemoteError mismatch(const char* call, int rank, const OpDescriptor& mine, int p
                                     describe(theirs)));
 }
 
-// Before collective `plan` writes its half of this rank's slot: when the previous collective
-// finished early (without every arrival), wait for those arrivals (the peers may still read the
-// half about to be overwritten until they arrive there), then check the fingerprints the early
-// finish could not see, so that a mismatch is reported on this rank too, one call late.
-void settle_early_finish(detail::GroupState& state, const OpPlan& plan) {
-  const uint64_t early = state.early_finished();
-  const int pull_root = state.early_pull_root();
-  state.set_early_finished(0);
+// Before collective `plan` writes its slot entry (and inline area), when
+// EarlyFinishes::entry_free() says it may not yet: waits until every rank arrived at the call
+// after the entry's last one (none reads it any more), comparing the fingerprints of the calls this
+// rank finished early as their arrivals come. After a pull broadcast that finished early, also
+// until every rank arrived there, then until the other receivers have read the root's tensor:
+// waiting here names a receiver that stalls mid-copy on every rank, not only on the root (a rank
+// that disagreed on the call never reads it: the check reported it first).
+[[gnu::noinline]] void settle_before_entry(detail::GroupState& state, const OpPlan& plan,
+                                           bool in_inline_area) {
+  EarlyFinishes& early = state.early();
   transport::GroupTransport& transport = state.transport();
-  const int size = transport.size();
-  transport.wait_until(
-      [&] {
-        for (int r = 0; r < size; ++r) {
-          if (transport::arrived_sequence(transport.slot(r)) < early) return false;
-        }
-        return true;
-      },
-      state.timeout(),
-      [&] {
-        return detail::concat("before ", plan.name, " (sequence ", plan.sequence, ", timeout ",
-                              state.timeout().count(), " ms): ranks ",
-                              transport::late_ranks(transport, early),
-                              " have not called collective ", early);
-      });
-  // Collective `early` is still in its half of every slot: no rank writes that half again before
-  // this rank arrives at the next collective.
-  if (plan.sequence == early + 1) {
-    const int parity = static_cast<int>(early & 1);
-    const transport::RankSlot& mine = transport.slot(transport.rank());
-    for (int r = 0; r < size; ++r) {
-      const transport::RankSlot& slot = transport.slot(r);
-      if (slot.arrivals[parity].fingerprint != mine.arrivals[parity].fingerprint) [[unlikely]] {
-        throw mismatch("the previous collective", transport.rank(), mine.descriptors[parity], r,
-                       slot.descriptors[parity]);
-      }
-    }
+  const uint64_t sequence = plan.sequence;
+  const uint64_t pull = early.pull_sequence();
+  const int pull_root = early.pull_root();
+  early.pull_settled();
+  const uint64_t ring = EarlyFinishes::ring(in_inline_area);
+  uint64_t needed = sequence >= ring ? sequence - ring + 1 : 0;
+  needed = std::max(needed, pull);
+  if (early.all_arrived() < needed) {
+    transport.wait_until(
+        [&] { return early.poll(transport, sequence) || early.all_arrived() >= needed; },
+        state.timeout(),
+        [&] {
+          return detail::concat("before ", plan.name, " (sequence ", sequence, ", timeout ",
+                                state.timeout().count(), " ms): ranks ",
+                                transport::late_ranks(transport, needed),
+                                " have not called collective ", needed);
+        });
+    early.throw_if_mismatch(transport, sequence);
   }
-  // A pull: the other receivers may still read the root's tensor (a rank that disagreed on the
-  // call never will: the check above reported it first). Waiting for them here names a receiver
-  // that stalls mid-copy on every rank, not only on the root.
-  if (pull_root >= 0)
-    wait_for_receivers(state, pull_root, early, "before", plan.name, plan.sequence);
+  if (pull != 0) wait_for_receivers(state, pull_root, pull, "before", plan.name, sequence);
 }
 
 // A barrier's wait for every arrival. When ranks outnumber cores the other ranks also wait for
@@ -334,19 +324,23 @@ void settle_early_finish(detail::GroupState& state, const OpPlan& plan) {
 // only: a rank 0 that called something else is a mismatch, which run()'s check reports.
 [[gnu::noinline]] void wait_in_barrier(detail::GroupState& state, const OpPlan& plan) {
   transport::GroupTransport& transport = state.transport();
+  EarlyFinishes& early = state.early();
   const uint64_t sequence = plan.sequence;
-  const int parity = static_cast<int>(sequence & 1);
+  const int entry = transport::ring_entry(sequence);
   const transport::RankSlot& first = transport.slot(0);
   const transport::RankSlot& mine = transport.slot(transport.rank());
   auto arrived = [&](int r) {
-    return transport.slot(r).arrivals[parity].sequence.load(std::memory_order_seq_cst) == sequence;
+    return transport.slot(r).arrivals[entry].sequence.load(std::memory_order_seq_cst) == sequence;
   };
   auto released = [&] {
     if (!transport.awaits_release() || transport.barrier_released(sequence)) return true;
-    return arrived(0) && first.arrivals[parity].fingerprint != mine.arrivals[parity].fingerprint;
+    return arrived(0) && first.arrivals[entry].fingerprint.load(std::memory_order_relaxed) !=
+                             mine.arrivals[entry].fingerprint.load(std::memory_order_relaxed);
   };
   transport.wait_until(
       [&] {
+        if (early.pending() && early.poll(transport, sequence)) [[unlikely]]
+          return true;
         if (!released()) return false;
         for (int r = 0; r < transport.size(); ++r) {
           if (!arrived(r)) return false;
@@ -364,6 +358,7 @@ void settle_early_finish(detail::GroupState& state, const OpPlan& plan) {
         return detail::concat("in ", plan.name, " (sequence ", sequence, ", timeout ",
                               state.timeout().count(), " ms): ranks ", late, what);
       });
+  early.throw_if_mismatch(transport, sequence);
   if (transport.rank() == 0) transport.release_barrier(sequence);
 }
 
@@ -386,17 +381,15 @@ void run(detail::GroupState& state, const OpPlan& plan) {
   // every rank it needs has arrived (a peer may finish early and exit, see Needs).
   if (transport.header().abort_flag.load(std::memory_order_acquire) != 0) [[unlikely]]
     transport.check_healthy();
-  if (state.early_finished() != 0) [[unlikely]]
-    settle_early_finish(state, plan);
   const int rank = transport.rank();
   const int size = transport.size();
   const int me = global_rank(state);
   const uint64_t sequence = plan.sequence;
-  const int parity = static_cast<int>(sequence & 1);
+  const int entry = transport::ring_entry(sequence);
   const Algorithm& algorithm = algorithm_for(plan.kind);
   transport::RankSlot& mine = transport.slot(rank);
-  OpDescriptor& descriptor = mine.descriptors[parity];
-  transport::ArrivalLine& arrival = mine.arrivals[parity];
+  OpDescriptor& descriptor = mine.descriptors[entry];
+  transport::ArrivalLine& arrival = mine.arrivals[entry];
   const uint64_t payload_bytes = algorithm.inline_bytes(plan, size);
   const bool inline_payload = payload_bytes <= inline_limit();
   // Tiny payloads ride in the arrival line itself: one cache-line transfer per peer.
@@ -407,27 +400,31 @@ void run(detail::GroupState& state, const OpPlan& plan) {
       inline_payload
           ? (in_arrival_line ? transport::Transfer::kArrivalLine : transport::Transfer::kInlineArea)
           : (pull ? transport::Transfer::kPull : transport::Transfer::kArenas);
+  const bool in_inline_area = transfer == transport::Transfer::kInlineArea;
+  EarlyFinishes& early = state.early();
+  if (!early.entry_free(sequence, in_inline_area)) [[unlikely]]
+    settle_before_entry(state, plan, in_inline_area);
   // The call's fingerprint and descriptor: a call that repeats the last one (a training loop)
   // reuses its hash, and its full descriptor when this half of the slot already holds it.
   collectives::CallCache& calls = state.calls();
   TraceRing* const trace = state.trace();
-  uint64_t fingerprint = sequence;
+  uint64_t hash = 0;
   bool repeat = false;  // the same call as the one before
   if (state.mismatch_check_active() || trace != nullptr) repeat = calls.remember(plan, transfer);
   // A small synchronous repeat of the call before: a member of its flight record's run.
   const bool extends_run = repeat && inline_payload && !plan.async_op;
   if (state.mismatch_check_active()) [[likely]] {
-    fingerprint += calls.hash();
-    if (calls.descriptor_call(parity) != calls.id()) {
+    hash = calls.hash();
+    if (calls.descriptor_call(entry) != calls.id()) {
       fill_descriptor(plan, descriptor);
       descriptor.transfer = static_cast<uint8_t>(transfer);
-      calls.set_descriptor_call(parity, calls.id());
+      calls.set_descriptor_call(entry, calls.id());
     } else {
       descriptor.sequence = sequence;
     }
   } else {
     descriptor.sequence = sequence;
-    calls.set_descriptor_call(parity, 0);
+    calls.set_descriptor_call(entry, 0);
   }
   // A pull's receivers need the root alone (unless it has no arena to offer: see below).
   Needs needs = inline_payload              ? inline_needs(plan, rank)
@@ -435,8 +432,9 @@ void run(detail::GroupState& state, const OpPlan& plan) {
                                             : Needs::kEveryone;
 
   if (inline_payload) {
-    algorithm.stage_inline(plan, rank,
-                           in_arrival_line ? arrival.payload : mine.inline_data[parity]);
+    algorithm.stage_inline(
+        plan, rank,
+        in_arrival_line ? arrival.payload : mine.inline_data[transport::inline_entry(sequence)]);
   } else {
     descriptor.input = buffer_ref(plan.input());
     descriptor.output = buffer_ref(plan.output());
@@ -445,7 +443,8 @@ void run(detail::GroupState& state, const OpPlan& plan) {
     }
     describe_host_sides(state, plan, descriptor);
   }
-  arrival.fingerprint = fingerprint;
+  const uint64_t fingerprint = transport::call_fingerprint(sequence, hash);
+  arrival.fingerprint.store(fingerprint, std::memory_order_relaxed);
   fault::point(fault::Point::kBeforeArrival, me, sequence, plan.kind == OpKind::kBarrier);
   // Release: descriptor, payload and fingerprint happen-before any peer that sees this arrival.
   // (seq_cst under TSan, which has no fences: see the fence below.)
@@ -463,7 +462,7 @@ void run(detail::GroupState& state, const OpPlan& plan) {
   // release store above act as the seq_cst store they pair with.
   detail::fence(std::memory_order_seq_cst);
   auto arrived = [&](int r) {
-    return transport.slot(r).arrivals[parity].sequence.load(std::memory_order_seq_cst) == sequence;
+    return transport.slot(r).arrivals[entry].sequence.load(std::memory_order_seq_cst) == sequence;
   };
   auto everyone_arrived = [&] {
     for (int r = 0; r < size; ++r) {
@@ -483,18 +482,22 @@ void run(detail::GroupState& state, const OpPlan& plan) {
 
   const auto timeout = state.timeout();
   bool root_offers_arena = true;  // a pull's receivers: as the root's descriptor said
+  // While earlier calls this rank finished early are unchecked, the waits check them too: a peer
+  // that found one of them to differ reports it and never comes.
+  auto or_mismatch = [&] { return early.pending() && early.poll(transport, sequence); };
   if (needs == Needs::kRoot) {
-    transport.wait_until([&] { return arrived(plan.root); }, timeout,
+    transport.wait_until([&] { return arrived(plan.root) || or_mismatch(); }, timeout,
                          [&] {
                            return detail::concat(
                                "in ", plan.name, " (sequence ", sequence, ", timeout ",
                                state.timeout().count(), " ms): ranks ", plan.root,
                                " have not called it (its source, the rank it waits for)");
                          });
+    early.throw_if_mismatch(transport, sequence);
     // The root of a pull has its tensor on the host: every rank takes the host pipeline
     // instead. (A root that called something else fails the fingerprint check below.) Read
     // once: the decision must not change under a corrupt peer's writes.
-    if (pull && !offers_arena(transport.slot(plan.root).descriptors[parity])) [[unlikely]] {
+    if (pull && !offers_arena(transport.slot(plan.root).descriptors[entry])) [[unlikely]] {
       root_offers_arena = false;
       needs = Needs::kEveryone;
     }
@@ -502,29 +505,34 @@ void run(detail::GroupState& state, const OpPlan& plan) {
   if (plan.kind == OpKind::kBarrier) [[unlikely]] {
     wait_in_barrier(state, plan);
   } else if (needs == Needs::kEveryone) {
-    transport.wait_until(everyone_arrived, timeout, [&] {
-      return detail::concat("in ", plan.name, " (sequence ", sequence, ", timeout ",
-                            state.timeout().count(), " ms): ranks ",
-                            transport::late_ranks(transport, sequence), " have not called it");
-    });
+    transport.wait_until([&] { return everyone_arrived() || or_mismatch(); }, timeout,
+                         [&] {
+                           return detail::concat(
+                               "in ", plan.name, " (sequence ", sequence, ", timeout ",
+                               state.timeout().count(), " ms): ranks ",
+                               transport::late_ranks(transport, sequence), " have not called it");
+                         });
+    early.throw_if_mismatch(transport, sequence);
   }
+  if (needs == Needs::kEveryone) early.all_arrived_at(transport, sequence);
 
   ExecContext context(transport, plan, rank, size, chunk_bytes());
   static const uint64_t streaming_bytes = config::get_bytes("SHMCCL_STREAMING_BYTES");
   context.streaming = !inline_payload && output_bytes(plan, size) >= streaming_bytes;
   for (int r = 0; r < size; ++r) {
     const transport::RankSlot& slot = transport.slot(r);
-    // An early finish checks the ranks that are there; the next collective checks the rest.
+    // An early finish checks the ranks that are there; later calls check the rest.
     if (needs != Needs::kEveryone && !arrived(r)) continue;
-    if (slot.arrivals[parity].fingerprint != arrival.fingerprint) [[unlikely]] {
-      throw mismatch(plan.name, rank, descriptor, r, slot.descriptors[parity]);
+    if (slot.arrivals[entry].fingerprint.load(std::memory_order_relaxed) != fingerprint)
+        [[unlikely]] {
+      throw mismatch(plan.name, rank, descriptor, r, slot.descriptors[entry]);
     }
-    context.descriptors[r] = &slot.descriptors[parity];
-    context.payloads[r] =
-        in_arrival_line ? slot.arrivals[parity].payload : slot.inline_data[parity];
+    context.descriptors[r] = &slot.descriptors[entry];
+    context.payloads[r] = in_arrival_line ? slot.arrivals[entry].payload
+                                          : slot.inline_data[transport::inline_entry(sequence)];
   }
   const bool pulling = pull && (rank == plan.root ? offers_arena(descriptor) : root_offers_arena);
-  if (needs != Needs::kEveryone) state.set_early_finished(sequence, pulling ? plan.root : -1);
+  if (needs != Needs::kEveryone) early.finished_early(sequence, pulling ? plan.root : -1);
   fault::point(fault::Point::kBeforeCopy, me, sequence);
   if (inline_payload) {
     algorithm.finish_inline(context);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "collectives/call_cache.h"
+#include "collectives/early_finish.h"
 #include "collectives/flight_recorder.h"
 #include "device/stream_impl.h"
 #include "shmccl/work.hpp"
@@ -82,10 +83,9 @@ class GroupState {
   // The collective this group is executing (set by the executor; read by the sleep listener on
   // the same thread).
   void set_executing(uint64_t sequence) { executing_sequence_ = sequence; }
-  // The last collective this rank finished without waiting for every peer's arrival (0: none
-  // since the last one it did wait for): the next collective first waits for those arrivals and
-  // checks their fingerprints (executor.cc). Used by the executing thread only.
-  uint64_t early_finished() const { return early_finished_; }
+  // The collectives this rank finished before every peer arrived, and what it still owes for them
+  // (early_finish.h). Used by the executing thread only.
+  collectives::EarlyFinishes& early() { return early_; }
   // The last call executed and what this rank's slot holds of it (executing thread only).
   collectives::CallCache& calls() { return calls_; }
   // Suspends or resumes the mismatch check's work (descriptor, fingerprint), to measure its cost
@@ -93,12 +93,6 @@ class GroupState {
   // fingerprint. Only between collectives, on every rank alike; never in a real program.
   void set_mismatch_check_active(bool active) { mismatch_check_ = active; }
   bool mismatch_check_active() const { return mismatch_check_; }
-  // `pull_root`: the root of the pull broadcast that finished early, -1 for other collectives.
-  void set_early_finished(uint64_t sequence, int pull_root = -1) {
-    early_finished_ = sequence;
-    early_pull_root_ = pull_root;
-  }
-  int early_pull_root() const { return early_pull_root_; }
 
  private:
   std::unique_ptr<transport::GroupTransport> transport_;
@@ -119,8 +113,7 @@ class GroupState {
   std::shared_ptr<collectives::TraceRing> trace_;
   collectives::TraceRing* active_trace_ = nullptr;  // trace_, or nullptr while suspended
   uint64_t executing_sequence_ = 0;
-  uint64_t early_finished_ = 0;
-  int early_pull_root_ = -1;
+  collectives::EarlyFinishes early_;
   collectives::CallCache calls_;
   bool mismatch_check_ = true;
 };

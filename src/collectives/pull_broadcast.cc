@@ -80,8 +80,8 @@ void wait_for_receivers(detail::GroupState& state, int root, uint64_t sequence, 
 }
 
 void settle_pull_before_leaving(detail::GroupState& state) noexcept {
-  const int root = state.early_pull_root();
-  const uint64_t sequence = state.early_finished();
+  const int root = state.early().pull_root();
+  const uint64_t sequence = state.early().pull_sequence();
   if (root < 0 || sequence == 0) return;
   try {
     state.check_not_failed();

@@ -5,18 +5,18 @@
 // may be buggy, dead or hostile, so readers bounds-check every size and offset they take from it.
 //
 //   ControlHeader                       4 KiB   identity, work-pool counters, wake word, abort
-//   RankSlot[world_size]               40448 bytes each, cache-line aligned:
-//     arrivals[2]          2 lines   sequence, fingerprint, tiny payload (by sequence parity)
-//     pid ... released     1 line    owner's pid, attach state, pool, host-staging and pull
-//                                    progress, barrier release
-//     descriptors[2]                 the calls, by parity
-//     inline_data[2]       2 x 16 KiB
+//   RankSlot[world_size]               cache-line aligned, each holding the last kCallRing calls:
+//     arrivals[kCallRing]      a line each   sequence, fingerprint, tiny payload
+//     pid ... released         1 line        owner's pid, attach state, pool, host-staging and
+//                                            pull progress, barrier release
+//     descriptors[kCallRing]                 the calls
+//     inline_data[kInlineRing] 16 KiB each   small payloads (of the last kInlineRing calls)
 //
-// Protocol of collective number `s` (1, 2, ...) on the group:
-//   1. each rank writes its OpDescriptor into descriptors[s % 2] of its own slot, its payload (if
-//      the collective is small) into arrivals[s % 2].payload or inline_data[s % 2], the call's
-//      fingerprint into arrivals[s % 2], then release-stores arrivals[s % 2].sequence = s;
-//   2. each rank waits until every slot's arrivals[s % 2].sequence == s (acquire) and compares
+// Protocol of collective number `s` (1, 2, ...) on the group; its entry is e = s % kCallRing:
+//   1. each rank writes its OpDescriptor into descriptors[e] of its own slot, its payload (if
+//      the collective is small) into arrivals[e].payload or inline_data[s % kInlineRing], the
+//      call's fingerprint into arrivals[e], then release-stores arrivals[e].sequence = s;
+//   2. each rank waits until every slot's arrivals[e].sequence == s (acquire) and compares
 //      fingerprints (the full descriptors are read only to describe a mismatch). A collective
 //      whose payload fits the 48 bytes of the arrival line costs one cache-line transfer per peer;
 //   3. the ranks claim chunks of work [pool_base, pool_end) from `claim` and count finished ones
@@ -27,8 +27,11 @@
 // A collective with host tensors replaces 3-4 by the host-staging pipeline
 // (collectives/host_pipeline.h): windows numbered like pool chunks (monotonic across
 // collectives), with per-rank `staged`, `reduced` and `consumed` window counters in the slots.
-// Double-buffering by s % 2 suffices: a rank writes descriptors[s % 2] again only at s + 2, which
-// it reaches after every rank arrived at s + 1, hence after every rank finished s.
+// Some ranks need only some arrivals (a broadcast's ranks, a reduce-scatter rank that receives
+// nothing) and may finish a small collective early, so ranks may be up to kCallRing - 1 calls
+// apart. A rank writes entry e again at s + kCallRing only once every rank has arrived at
+// s + 1 (so none reads call s any more) and it has compared every rank's fingerprint of call s
+// (collectives/early_finish.h); likewise inline_data[s % kInlineRing] at s + kInlineRing.
 #pragma once
 
 #include <atomic>
@@ -41,9 +44,24 @@ namespace shmccl::transport {
 
 inline constexpr int kMaxRanks = 64;
 inline constexpr size_t kCacheLine = 64;
-inline constexpr size_t kInlineBytes = 16 * 1024;  // small-collective payload per slot and parity
+inline constexpr size_t kInlineBytes = 16 * 1024;  // small-collective payload per inline entry
+// Calls a slot holds: how far ranks that finish early may run ahead of the slowest (Open MPI's
+// eager sends let a broadcast's root run as far ahead as its buffers allow). 32: a loop of tiny
+// broadcasts then costs its receivers' wake-ups once per 31 calls (0.12-0.16 us per call at 4
+// and 8 ranks on 2 cores, against 1.1-1.4 us with 8 and 2.5-14 us with 2; docs/performance.md).
+inline constexpr int kCallRing = 32;
+// Inline areas a slot holds (payloads of 49 B to 16 KiB): fewer, for memory (a slot is 247 KiB).
+inline constexpr int kInlineRing = 8;
 inline constexpr uint64_t kControlMagic = 0x73686d63636c4342ull;  // "shmcclCB"
-inline constexpr uint32_t kControlVersion = 6;
+inline constexpr uint32_t kControlVersion = 7;
+
+// The slot entry of collective `sequence`, and its inline area.
+inline constexpr int ring_entry(uint64_t sequence) {
+  return static_cast<int>(sequence % static_cast<uint64_t>(kCallRing));
+}
+inline constexpr int inline_entry(uint64_t sequence) {
+  return static_cast<int>(sequence % static_cast<uint64_t>(kInlineRing));
+}
 
 // A buffer one rank exposes for one collective: where it lives in its owner's device arena.
 // arena.pid == 0 means "no buffer".
@@ -101,18 +119,29 @@ inline constexpr uint8_t kHostOutput = 2;
 
 inline constexpr size_t kArrivalPayloadBytes = 48;
 
+// A call's fingerprint: the hash of the fields same-call checks compare in the upper 48 bits, the
+// low 16 bits of its sequence number below. A rank checking an earlier call's fingerprints reads
+// entries their owners may be rewriting for a later call: the fingerprint alone says which call
+// it belongs to (ranks are fewer than 2^16 calls apart).
+inline constexpr uint64_t call_fingerprint(uint64_t sequence, uint64_t hash) {
+  return (hash << 16) | (sequence & 0xFFFF);
+}
+inline constexpr bool fingerprint_of_call(uint64_t fingerprint, uint64_t sequence) {
+  return ((fingerprint ^ sequence) & 0xFFFF) == 0;
+}
+
 // One cache line: a rank's arrival at a collective, with the call's fingerprint and, for tiny
 // collectives, the data itself, so a peer gets all three with one line transfer.
 struct alignas(kCacheLine) ArrivalLine {
-  std::atomic<uint64_t> sequence;  // the collective this line describes (release-stored last)
-  uint64_t fingerprint;            // hash of the fields same-call checks compare
+  std::atomic<uint64_t> sequence;     // the collective this line describes (release-stored last)
+  std::atomic<uint64_t> fingerprint;  // call_fingerprint() (atomic: read while being rewritten)
   unsigned char payload[kArrivalPayloadBytes];
 };
 static_assert(sizeof(ArrivalLine) == kCacheLine);
 
 struct alignas(kCacheLine) RankSlot {
   // Written by the slot's owner only.
-  ArrivalLine arrivals[2];  // by sequence parity
+  ArrivalLine arrivals[kCallRing];  // by ring_entry(sequence)
   std::atomic<int32_t> pid;
   std::atomic<uint32_t> attached;  // kAttached once the rank mapped the segment, kDetached after
   // The last collective whose work pool this rank left with no chunk of its own unfinished: a
@@ -134,12 +163,12 @@ struct alignas(kCacheLine) RankSlot {
   // before it attaches. Rank 0 releases only when some rank waits.
   std::atomic<uint32_t> awaits_release;
   char padding0[kCacheLine - 60];
-  OpDescriptor descriptors[2];
-  alignas(kCacheLine) unsigned char inline_data[2][kInlineBytes];
+  OpDescriptor descriptors[kCallRing];
+  alignas(kCacheLine) unsigned char inline_data[kInlineRing][kInlineBytes];
 };
 static_assert(sizeof(RankSlot) % kCacheLine == 0);
-static_assert(offsetof(RankSlot, descriptors) == 3 * kCacheLine);
-static_assert(sizeof(RankSlot) == 40448);  // a layout change is a kControlVersion change
+static_assert(offsetof(RankSlot, descriptors) == (kCallRing + 1) * kCacheLine);
+static_assert(sizeof(RankSlot) == 252736);  // a layout change is a kControlVersion change
 static_assert(offsetof(OpDescriptor, staging_window) % 8 == 0 && sizeof(OpDescriptor) == 3736);
 
 // RankSlot::attached: 0 until the rank maps the segment, then kAttached; kDetached once it has
@@ -149,9 +178,17 @@ inline constexpr uint32_t kDetached = 2;
 
 // The last collective rank `slot` arrived at.
 inline uint64_t arrived_sequence(const RankSlot& slot) {
-  const uint64_t even = slot.arrivals[0].sequence.load(std::memory_order_acquire);
-  const uint64_t odd = slot.arrivals[1].sequence.load(std::memory_order_acquire);
-  return even > odd ? even : odd;
+  uint64_t last = 0;
+  for (const ArrivalLine& arrival : slot.arrivals) {
+    const uint64_t sequence = arrival.sequence.load(std::memory_order_acquire);
+    if (sequence > last) last = sequence;
+  }
+  return last;
+}
+
+// Whether rank `slot` arrived at collective `sequence` (or a later one).
+inline bool arrived_at(const RankSlot& slot, uint64_t sequence) {
+  return slot.arrivals[ring_entry(sequence)].sequence.load(std::memory_order_acquire) >= sequence;
 }
 
 struct alignas(4096) ControlHeader {

@@ -5,7 +5,6 @@
 // a mismatch instead of a hang. (Results for every placement: host_staging_test.cc; faults:
 // reliability/fault_injection_test.cc.)
 #include <gtest/gtest.h>
-#include <poll.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -29,23 +28,12 @@ std::vector<int32_t> pattern(int salt) {
   return values;
 }
 
-// Reads one byte per rank in `count` from `fd`; false if they do not all come within 20 s.
-bool read_tokens(int fd, int count) {
-  for (int i = 0; i < count; ++i) {
-    pollfd ready{fd, POLLIN, 0};
-    char token = 0;
-    if (poll(&ready, 1, 20000) != 1 || read(fd, &token, 1) != 1) return false;
-  }
-  return true;
-}
-
 // The last rank calls the broadcast only after every other receiver has returned from it: they
 // must not wait for it. The root returns only after the last rank has read its tensor: it
 // overwrites the tensor at once, and the last rank must still receive the original.
 TEST(PullBroadcastTest, ReceiversDoNotWaitForEachOtherAndTheRootWaitsForAll) {
   for (int world : {3, 4, 8}) {
-    int done_pipe[2];
-    ASSERT_EQ(pipe(done_pipe), 0);
+    const testing::TokenPipe done;
     auto results = testing::run_ranks(world, [&](const testing::RankContext& ctx) {
       npu::set_device(ctx.rank % 8);
       ctx.init();
@@ -53,7 +41,7 @@ TEST(PullBroadcastTest, ReceiversDoNotWaitForEachOtherAndTheRootWaitsForAll) {
       Tensor tensor =
           ctx.rank == 0 ? from_vector<int32_t>(pattern(1)).npu() : zeros({kElements}, kInt32).npu();
       if (ctx.rank == last) {
-        require(read_tokens(done_pipe[0], ctx.world - 2),
+        require(done.wait(ctx.world - 2),
                 "the other receivers did not finish before the last rank called the broadcast");
       }
       broadcast(tensor, 0);
@@ -62,12 +50,10 @@ TEST(PullBroadcastTest, ReceiversDoNotWaitForEachOtherAndTheRootWaitsForAll) {
       } else {
         require(tensor.cpu().to_vector<int32_t>() == pattern(1),
                 str("rank ", ctx.rank, " received wrong data"));
-        if (ctx.rank != last) require(write(done_pipe[1], "x", 1) == 1, "pipe write");
+        if (ctx.rank != last) done.post();
       }
       barrier();
     });
-    close(done_pipe[0]);
-    close(done_pipe[1]);
     EXPECT_TRUE(testing::all_ranks_succeeded(results)) << world << " ranks";
   }
 }

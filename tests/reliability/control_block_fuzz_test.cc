@@ -103,10 +103,12 @@ class Fuzzer {
       write_bytes(pick(0, bytes_ - 1), data, pick(1, sizeof(data)));
     } else if (kind < 5) {  // an arrival line: sequence, fingerprint, payload
       const uint64_t value = interesting();
-      write_bytes(slot_base + offsetof(RankSlot, arrivals) + pick(0, 15) * 8, &value, 8);
+      write_bytes(slot_base + offsetof(RankSlot, arrivals) +
+                      pick(0, transport::kCallRing * transport::kCacheLine / 8 - 1) * 8,
+                  &value, 8);
     } else if (kind < 8) {  // a field of a buffer descriptor
-      const size_t descriptor =
-          slot_base + offsetof(RankSlot, descriptors) + pick(0, 1) * sizeof(OpDescriptor);
+      const size_t descriptor = slot_base + offsetof(RankSlot, descriptors) +
+                                pick(0, transport::kCallRing - 1) * sizeof(OpDescriptor);
       const size_t ref_offsets[] = {
           offsetof(OpDescriptor, input), offsetof(OpDescriptor, output),
           offsetof(OpDescriptor, outputs) + pick(0, size_ - 1) * sizeof(BufferRef)};
@@ -119,8 +121,8 @@ class Fuzzer {
       const size_t field = fields[pick(0, 6)];
       write_bytes(ref + field, &value, field < offsetof(BufferRef, arena) + 16 ? 4 : 8);
     } else if (kind < 9) {  // descriptor scalars (counts, splits, kind, dtype)
-      const size_t descriptor =
-          slot_base + offsetof(RankSlot, descriptors) + pick(0, 1) * sizeof(OpDescriptor);
+      const size_t descriptor = slot_base + offsetof(RankSlot, descriptors) +
+                                pick(0, transport::kCallRing - 1) * sizeof(OpDescriptor);
       const uint64_t value = interesting();
       write_bytes(descriptor + pick(0, offsetof(OpDescriptor, input) / 8 - 1) * 8, &value, 8);
     } else {  // the header: work-pool counters, wake word, abort flag

@@ -1,0 +1,67 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+#include "collectives/early_finish.h"
+
+#include "collectives/executor.h"
+#include "core/check.h"
+#include "shmccl/error.hpp"
+
+namespace shmccl::collectives {
+
+bool EarlyFinishes::check_call(const transport::GroupTransport& transport, uint64_t sequence) {
+  const int entry = transport::ring_entry(sequence);
+  const uint64_t mine =
+      transport.slot(transport.rank()).arrivals[entry].fingerprint.load(std::memory_order_relaxed);
+  for (int r = 0; r < transport.size(); ++r) {
+    // Every rank arrived at `sequence` (acquire): the line holds this call's fingerprint or a
+    // later call's, written after its owner compared this call with every rank.
+    const uint64_t theirs =
+        transport.slot(r).arrivals[entry].fingerprint.load(std::memory_order_relaxed);
+    if (transport::fingerprint_of_call(theirs, sequence) && theirs != mine) [[unlikely]] {
+      mismatch_sequence_ = sequence;
+      mismatch_rank_ = r;
+      return false;
+    }
+  }
+  return true;
+}
+
+bool EarlyFinishes::poll(const transport::GroupTransport& transport, uint64_t current) {
+  if (mismatch_rank_ >= 0) return true;
+  while (all_arrived_ + 1 < current) {
+    const uint64_t next = all_arrived_ + 1;
+    for (int r = 0; r < transport.size(); ++r) {
+      if (!transport::arrived_at(transport.slot(r), next)) return false;
+    }
+    const uint32_t bit = 1u << transport::ring_entry(next);
+    if ((unchecked_ & bit) != 0) {
+      if (!check_call(transport, next)) return true;
+      unchecked_ &= ~bit;
+    }
+    all_arrived_ = next;
+  }
+  return false;
+}
+
+void EarlyFinishes::check_through(const transport::GroupTransport& transport, uint64_t through,
+                                  uint64_t current) {
+  for (uint64_t sequence = all_arrived_ + 1; sequence <= through && unchecked_ != 0; ++sequence) {
+    const uint32_t bit = 1u << transport::ring_entry(sequence);
+    if ((unchecked_ & bit) == 0) continue;
+    if (!check_call(transport, sequence)) throw_if_mismatch(transport, current);
+    unchecked_ &= ~bit;
+  }
+}
+
+void EarlyFinishes::throw_if_mismatch(const transport::GroupTransport& transport,
+                                      uint64_t current) const {
+  if (mismatch_rank_ < 0) return;
+  const int entry = transport::ring_entry(mismatch_sequence_);
+  const char* which =
+      mismatch_sequence_ + 1 == current ? "the previous collective" : "an earlier collective";
+  throw RemoteError(detail::concat(
+      "collective mismatch in ", which, ": rank ", transport.rank(), " called ",
+      describe(transport.slot(transport.rank()).descriptors[entry]), " but rank ", mismatch_rank_,
+      " called ", describe(transport.slot(mismatch_rank_).descriptors[entry])));
+}
+
+}  // namespace shmccl::collectives
