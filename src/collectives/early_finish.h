@@ -4,7 +4,7 @@
 // arrived (executor.cc's Needs: a small broadcast's root and receivers, a small reduce-scatter's
 // ranks that receive nothing, a pull broadcast's receivers). Such a call leaves two things open:
 //  - the peers not there yet will still read this rank's slot entry of the call, so the entry
-//    is written again (kCallRing calls later; its inline area kInlineRing calls later) only
+//    is written again (kCallRing calls later; a large inline area kInlineRing calls later) only
 //    once every rank has arrived at the call after;
 //  - their fingerprints were not compared with this rank's. They are compared as soon as every
 //    rank is there: in any later wait, and at the latest before the entry is written again, so a
@@ -28,15 +28,11 @@ namespace shmccl::collectives {
 
 class EarlyFinishes {
  public:
-  // Call `sequence` may write its slot entry (and inline area, if `in_inline_area`) without
-  // waiting: every rank arrived at the call after the one that used it last (then every earlier
-  // call is checked too), and no pull broadcast is open. The hot path's check.
-  bool entry_free(uint64_t sequence, bool in_inline_area) const {
-    return all_arrived_ + ring(in_inline_area) > sequence && pull_sequence_ == 0;
-  }
-  // How many calls apart the uses of an entry are.
-  static constexpr uint64_t ring(bool in_inline_area) {
-    return in_inline_area ? transport::kInlineRing : transport::kCallRing;
+  // Call `sequence` may write its slot entry and payload area, which it used `ring` calls ago
+  // (transport::ring_of_payload), without waiting: every rank arrived at the call after that one
+  // (then every earlier call is checked too), and no pull broadcast is open. The hot path's check.
+  bool entry_free(uint64_t sequence, uint64_t ring) const {
+    return all_arrived_ + ring > sequence && pull_sequence_ == 0;
   }
   // Every rank arrived at call `sequence`, which this rank waited for: compares the calls it
   // finished early before (RemoteError on a mismatch) and records the arrival.

@@ -289,14 +289,13 @@ RemoteError mismatch(const char* call, int rank, const OpDescriptor& mine, int p
 // waiting here names a receiver that stalls mid-copy on every rank, not only on the root (a rank
 // that disagreed on the call never reads it: the check reported it first).
 [[gnu::noinline]] void settle_before_entry(detail::GroupState& state, const OpPlan& plan,
-                                           bool in_inline_area) {
+                                           uint64_t ring) {
   EarlyFinishes& early = state.early();
   transport::GroupTransport& transport = state.transport();
   const uint64_t sequence = plan.sequence;
   const uint64_t pull = early.pull_sequence();
   const int pull_root = early.pull_root();
   early.pull_settled();
-  const uint64_t ring = EarlyFinishes::ring(in_inline_area);
   uint64_t needed = sequence >= ring ? sequence - ring + 1 : 0;
   needed = std::max(needed, pull);
   if (early.all_arrived() < needed) {
@@ -400,10 +399,11 @@ void run(detail::GroupState& state, const OpPlan& plan) {
       inline_payload
           ? (in_arrival_line ? transport::Transfer::kArrivalLine : transport::Transfer::kInlineArea)
           : (pull ? transport::Transfer::kPull : transport::Transfer::kArenas);
-  const bool in_inline_area = transfer == transport::Transfer::kInlineArea;
+  const uint64_t ring =
+      transport::ring_of_payload(transfer == transport::Transfer::kInlineArea, payload_bytes);
   EarlyFinishes& early = state.early();
-  if (!early.entry_free(sequence, in_inline_area)) [[unlikely]]
-    settle_before_entry(state, plan, in_inline_area);
+  if (!early.entry_free(sequence, ring)) [[unlikely]]
+    settle_before_entry(state, plan, ring);
   // The call's fingerprint and descriptor: a call that repeats the last one (a training loop)
   // reuses its hash, and its full descriptor when this half of the slot already holds it.
   collectives::CallCache& calls = state.calls();
@@ -434,7 +434,7 @@ void run(detail::GroupState& state, const OpPlan& plan) {
   if (inline_payload) {
     algorithm.stage_inline(
         plan, rank,
-        in_arrival_line ? arrival.payload : mine.inline_data[transport::inline_entry(sequence)]);
+        in_arrival_line ? arrival.payload : transport::inline_area(mine, sequence, payload_bytes));
   } else {
     descriptor.input = buffer_ref(plan.input());
     descriptor.output = buffer_ref(plan.output());
@@ -529,7 +529,7 @@ void run(detail::GroupState& state, const OpPlan& plan) {
     }
     context.descriptors[r] = &slot.descriptors[entry];
     context.payloads[r] = in_arrival_line ? slot.arrivals[entry].payload
-                                          : slot.inline_data[transport::inline_entry(sequence)];
+                                          : transport::inline_area(slot, sequence, payload_bytes);
   }
   const bool pulling = pull && (rank == plan.root ? offers_arena(descriptor) : root_offers_arena);
   if (needs != Needs::kEveryone) early.finished_early(sequence, pulling ? plan.root : -1);

@@ -10,11 +10,12 @@
 //     pid ... released         1 line        owner's pid, attach state, pool, host-staging and
 //                                            pull progress, barrier release
 //     descriptors[kCallRing]                 the calls
-//     inline_data[kInlineRing] 16 KiB each   small payloads (of the last kInlineRing calls)
+//     small_inline[kCallRing]  2 KiB each    payloads of 49 B to 2 KiB
+//     inline_data[kInlineRing] 16 KiB each   payloads of 2 to 16 KiB (of the last 8 calls)
 //
 // Protocol of collective number `s` (1, 2, ...) on the group; its entry is e = s % kCallRing:
 //   1. each rank writes its OpDescriptor into descriptors[e] of its own slot, its payload (if
-//      the collective is small) into arrivals[e].payload or inline_data[s % kInlineRing], the
+//      the collective is small) into arrivals[e].payload or its inline area (inline_area()), the
 //      call's fingerprint into arrivals[e], then release-stores arrivals[e].sequence = s;
 //   2. each rank waits until every slot's arrivals[e].sequence == s (acquire) and compares
 //      fingerprints (the full descriptors are read only to describe a mismatch). A collective
@@ -32,6 +33,7 @@
 // apart. A rank writes entry e again at s + kCallRing only once every rank has arrived at
 // s + 1 (so none reads call s any more) and it has compared every rank's fingerprint of call s
 // (collectives/early_finish.h); likewise inline_data[s % kInlineRing] at s + kInlineRing.
+// (Only 8 large inline areas, for memory: a slot is 311 KiB.)
 #pragma once
 
 #include <atomic>
@@ -50,7 +52,9 @@ inline constexpr size_t kInlineBytes = 16 * 1024;  // small-collective payload p
 // broadcasts then costs its receivers' wake-ups once per 31 calls (0.12-0.16 us per call at 4
 // and 8 ranks on 2 cores, against 1.1-1.4 us with 8 and 2.5-14 us with 2; docs/performance.md).
 inline constexpr int kCallRing = 32;
-// Inline areas a slot holds (payloads of 49 B to 16 KiB): fewer, for memory (a slot is 247 KiB).
+// Payloads of 49 B to 2 KiB travel in one of kCallRing small inline areas, larger ones (up to
+// 16 KiB) in one of kInlineRing large ones: fewer, for memory.
+inline constexpr size_t kSmallInlineBytes = 2 * 1024;
 inline constexpr int kInlineRing = 8;
 inline constexpr uint64_t kControlMagic = 0x73686d63636c4342ull;  // "shmcclCB"
 inline constexpr uint32_t kControlVersion = 7;
@@ -59,8 +63,9 @@ inline constexpr uint32_t kControlVersion = 7;
 inline constexpr int ring_entry(uint64_t sequence) {
   return static_cast<int>(sequence % static_cast<uint64_t>(kCallRing));
 }
-inline constexpr int inline_entry(uint64_t sequence) {
-  return static_cast<int>(sequence % static_cast<uint64_t>(kInlineRing));
+// How many calls apart the uses of the place a payload of `bytes` travels in (inline or not) are.
+inline constexpr uint64_t ring_of_payload(bool in_inline_area, uint64_t bytes) {
+  return in_inline_area && bytes > kSmallInlineBytes ? kInlineRing : kCallRing;
 }
 
 // A buffer one rank exposes for one collective: where it lives in its owner's device arena.
@@ -164,17 +169,25 @@ struct alignas(kCacheLine) RankSlot {
   std::atomic<uint32_t> awaits_release;
   char padding0[kCacheLine - 60];
   OpDescriptor descriptors[kCallRing];
-  alignas(kCacheLine) unsigned char inline_data[kInlineRing][kInlineBytes];
+  alignas(kCacheLine) unsigned char small_inline[kCallRing][kSmallInlineBytes];
+  unsigned char inline_data[kInlineRing][kInlineBytes];
 };
 static_assert(sizeof(RankSlot) % kCacheLine == 0);
 static_assert(offsetof(RankSlot, descriptors) == (kCallRing + 1) * kCacheLine);
-static_assert(sizeof(RankSlot) == 252736);  // a layout change is a kControlVersion change
+static_assert(sizeof(RankSlot) == 318272);  // a layout change is a kControlVersion change
 static_assert(offsetof(OpDescriptor, staging_window) % 8 == 0 && sizeof(OpDescriptor) == 3736);
 
 // RankSlot::attached: 0 until the rank maps the segment, then kAttached; kDetached once it has
 // destroyed its side of the group (its exit afterwards is not a failure worth a flight dump).
 inline constexpr uint32_t kAttached = 1;
 inline constexpr uint32_t kDetached = 2;
+
+// The inline area of collective `sequence` whose payload is `bytes` (the same on every rank).
+template <typename Slot>
+inline auto* inline_area(Slot& slot, uint64_t sequence, uint64_t bytes) {
+  return bytes <= kSmallInlineBytes ? slot.small_inline[sequence % kCallRing]
+                                    : slot.inline_data[sequence % kInlineRing];
+}
 
 // The last collective rank `slot` arrived at.
 inline uint64_t arrived_sequence(const RankSlot& slot) {

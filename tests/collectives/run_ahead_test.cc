@@ -27,9 +27,9 @@ std::vector<int32_t> values(int64_t count, int call) {
 }
 
 // The root makes as many broadcasts as the ring allows before any receiver has called one (it
-// tells them so through a pipe), for payloads in the arrival line (16 B) and in the inline area
-// (4 KiB); the receivers then get each call's own data. Without run-ahead the root would wait
-// in its second call for receivers that wait for it.
+// tells them so through a pipe), for payloads in the arrival line (16 B), a small inline area
+// (1 KiB) and a large one (4 KiB); the receivers then get each call's own data. Without run-ahead
+// the root would wait in its second call for receivers that wait for it.
 TEST(RunAheadTest, ABroadcastRootRunsAheadOfItsReceiversAsFarAsTheRing) {
   for (int world : {2, 3, 4, 8}) {
     const testing::TokenPipe tokens;
@@ -41,7 +41,8 @@ TEST(RunAheadTest, ABroadcastRootRunsAheadOfItsReceiversAsFarAsTheRing) {
         int64_t elements;
       };
       for (const Part part :
-           {Part{transport::kCallRing - 1, 4}, Part{transport::kInlineRing - 1, 1024}}) {
+           {Part{transport::kCallRing - 1, 4}, Part{transport::kCallRing - 1, 256},
+            Part{transport::kInlineRing - 1, 1024}}) {
         barrier();  // every rank is here: the ring is free
         if (ctx.rank != 0) {
           require(tokens.wait(1), "the root did not finish its broadcasts alone");
@@ -163,11 +164,12 @@ TEST(RunAheadTest, ARandomMixOfEarlyAndWaitingCollectivesStaysCorrect) {
     auto results = testing::run_ranks(world, [](const testing::RankContext& ctx) {
       npu::set_device(ctx.rank % 8);
       ctx.init(30000);
-      std::mt19937 rng(1234);                   // the same calls on every rank
-      const int64_t sizes[] = {3, 300, 20000};  // arrival line, inline area, arenas
+      std::mt19937 rng(1234);  // the same calls on every rank
+      // The arrival line, a small and a large inline area, the arenas.
+      const int64_t sizes[] = {3, 300, 2000, 20000};
       for (int call = 0; call < 600; ++call) {
         const int kind = static_cast<int>(rng() % 4);
-        const int64_t elements = sizes[rng() % 3];
+        const int64_t elements = sizes[rng() % 4];
         const int root = static_cast<int>(rng() % static_cast<unsigned>(ctx.world));
         const bool async_op = rng() % 4 == 0;
         const std::string where = str("call ", call, " (kind ", kind, ", ", elements, ")");
