@@ -405,7 +405,7 @@ void run(detail::GroupState& state, const OpPlan& plan) {
   if (!early.entry_free(sequence, ring)) [[unlikely]]
     settle_before_entry(state, plan, ring);
   // The call's fingerprint and descriptor: a call that repeats the last one (a training loop)
-  // reuses its hash, and its full descriptor when this half of the slot already holds it.
+  // reuses its hash, and its full descriptor when this entry of the slot already holds it.
   collectives::CallCache& calls = state.calls();
   TraceRing* const trace = state.trace();
   uint64_t hash = 0;
@@ -473,8 +473,10 @@ void run(detail::GroupState& state, const OpPlan& plan) {
   // Most sleepers wait for everyone, so only the arrival that completes the set needs to wake
   // them (no thundering herd when ranks outnumber cores); a broadcast's receivers wait for the
   // root alone, so the root wakes them too. Two last arrivals racing: each store is fenced and
-  // precedes its check, so at least one of them sees the other and wakes.
-  if ((plan.kind == OpKind::kBroadcast && rank == plan.root) || everyone_arrived()) {
+  // precedes its check, so at least one of them sees the other and wakes. With nobody asleep
+  // (the fence orders this read after the arrival) no peer's line is read here.
+  if (transport.someone_sleeps() &&
+      ((plan.kind == OpKind::kBroadcast && rank == plan.root) || everyone_arrived())) {
     transport.notify();
   }
   // (After the wake-up: a rank that stalls here has arrived completely, sleepers included.)
@@ -521,8 +523,11 @@ void run(detail::GroupState& state, const OpPlan& plan) {
   context.streaming = !inline_payload && output_bytes(plan, size) >= streaming_bytes;
   for (int r = 0; r < size; ++r) {
     const transport::RankSlot& slot = transport.slot(r);
-    // An early finish checks the ranks that are there; later calls check the rest.
-    if (needs != Needs::kEveryone && !arrived(r)) continue;
+    // An early finish compares only the root it needed (a broadcast receiver), or nobody; later
+    // waits compare the rest (EarlyFinishes). Two ranks that differ cannot both match the root,
+    // so one of them still reports the mismatch at once. (Reading the other receivers' lines
+    // here cost line transfers on every call of a loop of small broadcasts.)
+    if (needs != Needs::kEveryone && !(needs == Needs::kRoot && r == plan.root)) continue;
     if (slot.arrivals[entry].fingerprint.load(std::memory_order_relaxed) != fingerprint)
         [[unlikely]] {
       throw mismatch(plan.name, rank, descriptor, r, slot.descriptors[entry]);

@@ -77,6 +77,9 @@ class GroupTransport {
   void wait_until(Ready&& ready, std::chrono::milliseconds timeout, Describe&& describe);
   // Wakes sleepers after a change to shared state they may wait for (cheap when none sleeps).
   void notify();
+  // Some rank sleeps on the group's futex word (seq_cst: after a fenced publication, as notify()
+  // reads it; when false, every later sleeper sees the publication before it sleeps).
+  bool someone_sleeps() const { return header_->sleepers.load(std::memory_order_seq_cst) != 0; }
 
   // Marks the group aborted for every member; pending and future waits fail with `reason`.
   void abort(const std::string& reason);
