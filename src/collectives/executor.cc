@@ -523,11 +523,16 @@ void run(detail::GroupState& state, const OpPlan& plan) {
   context.streaming = !inline_payload && output_bytes(plan, size) >= streaming_bytes;
   for (int r = 0; r < size; ++r) {
     const transport::RankSlot& slot = transport.slot(r);
-    // An early finish compares only the root it needed (a broadcast receiver), or nobody; later
-    // waits compare the rest (EarlyFinishes). Two ranks that differ cannot both match the root,
-    // so one of them still reports the mismatch at once. (Reading the other receivers' lines
-    // here cost line transfers on every call of a loop of small broadcasts.)
-    if (needs != Needs::kEveryone && !(needs == Needs::kRoot && r == plan.root)) continue;
+    // A small early finish compares only the root it needed (a broadcast receiver), or nobody;
+    // later waits compare the rest (EarlyFinishes). Two ranks that differ cannot both match the
+    // root, so one of them still reports the mismatch at once. (Reading the other receivers'
+    // lines here cost line transfers on every call of a loop of small broadcasts.) A pull's
+    // receiver compares every rank there before it reads the root's memory: a root that saw a
+    // mismatch leaves at once, and its memory may be gone.
+    if (needs != Needs::kEveryone &&
+        (inline_payload ? !(needs == Needs::kRoot && r == plan.root) : !arrived(r))) {
+      continue;
+    }
     if (slot.arrivals[entry].fingerprint.load(std::memory_order_relaxed) != fingerprint)
         [[unlikely]] {
       throw mismatch(plan.name, rank, descriptor, r, slot.descriptors[entry]);
