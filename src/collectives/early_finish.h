@@ -50,8 +50,13 @@ class EarlyFinishes {
       pull_root_ = pull_root;
     }
   }
-  // Some early call is unchecked: a wait should call poll() as it spins.
+  // Some early call is unchecked: a wait should call poll_if_pending() as it spins.
   bool pending() const { return unchecked_ != 0; }
+  // For the ready-check of a wait: poll() when some early call is unchecked (one compare when
+  // none is, the common case).
+  bool poll_if_pending(const transport::GroupTransport& transport, uint64_t current) {
+    return pending() && poll(transport, current);
+  }
   // For waits while calls are unchecked: checks those every rank has arrived at (without
   // waiting); true when one of them is a mismatch, which throw_if_mismatch() then reports.
   bool poll(const transport::GroupTransport& transport, uint64_t current);

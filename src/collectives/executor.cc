@@ -338,7 +338,7 @@ RemoteError mismatch(const char* call, int rank, const OpDescriptor& mine, int p
   };
   transport.wait_until(
       [&] {
-        if (early.pending() && early.poll(transport, sequence)) [[unlikely]]
+        if (early.poll_if_pending(transport, sequence)) [[unlikely]]
           return true;
         if (!released()) return false;
         for (int r = 0; r < transport.size(); ++r) {
@@ -486,7 +486,7 @@ void run(detail::GroupState& state, const OpPlan& plan) {
   bool root_offers_arena = true;  // a pull's receivers: as the root's descriptor said
   // While earlier calls this rank finished early are unchecked, the waits check them too: a peer
   // that found one of them to differ reports it and never comes.
-  auto or_mismatch = [&] { return early.pending() && early.poll(transport, sequence); };
+  auto or_mismatch = [&] { return early.poll_if_pending(transport, sequence); };
   if (needs == Needs::kRoot) {
     transport.wait_until([&] { return arrived(plan.root) || or_mismatch(); }, timeout,
                          [&] {

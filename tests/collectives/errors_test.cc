@@ -366,21 +366,10 @@ TEST(CollectiveErrorsTest, DeadPeerFailsSurvivorsWithinASecond) {
   }
 }
 
-// A pipe made before the ranks fork: one rank tells another "go on" (test sequencing only).
-struct Signal {
-  int fds[2];
-  Signal() { require(pipe(fds) == 0, "pipe"); }
-  void post() const { [[maybe_unused]] ssize_t n = write(fds[1], "x", 1); }
-  void wait() const {
-    char c;
-    [[maybe_unused]] ssize_t n = read(fds[0], &c, 1);
-  }
-};
-
 TEST(CollectiveErrorsTest, LateRankIsNamedAfterTheTimeout) {
   const std::string job = testing::unique_job_id();
-  const Signal gave_up;
-  const Signal leave;
+  const testing::TokenPipe gave_up;
+  const testing::TokenPipe leave;
   auto results = testing::run_ranks(
       3,
       [&](const testing::RankContext& ctx) {
@@ -389,8 +378,7 @@ TEST(CollectiveErrorsTest, LateRankIsNamedAfterTheTimeout) {
         default_group()->set_timeout(std::chrono::milliseconds(300));
         Tensor t = ones({4}, kFloat32).npu();
         if (ctx.rank == 2) {  // never calls the collective; lets the others leave once both gave up
-          gave_up.wait();
-          gave_up.wait();
+          require(gave_up.wait(2), "no token on gave_up");
           leave.post();
           leave.post();
           return;
@@ -402,7 +390,8 @@ TEST(CollectiveErrorsTest, LateRankIsNamedAfterTheTimeout) {
           text = error.what();
         }
         gave_up.post();
-        leave.wait();  // nobody exits before both timed out, so no death is reported instead
+        require(leave.wait(), "no token on leave");  // nobody exits before both timed out, so no
+                                                     // death is reported instead
         require(text.find("timed out in all_reduce (sequence 1, timeout 300 ms): ranks 2 have not "
                           "called it") != std::string::npos,
                 text);
@@ -433,7 +422,7 @@ TEST(CollectiveErrorsTest, MissingRankAtInitIsNamed) {
 }
 
 TEST(CollectiveErrorsTest, AbortFailsPendingWorkOnEveryRank) {
-  const Signal aborted;
+  const testing::TokenPipe aborted;
   auto results = testing::run_ranks(2, [&](const testing::RankContext& ctx) {
     npu::set_device(ctx.rank);
     ctx.init();
@@ -445,7 +434,7 @@ TEST(CollectiveErrorsTest, AbortFailsPendingWorkOnEveryRank) {
       require_error([&] { work->wait(); }, "test abort");
       require(work->is_completed() && !work->is_success() && work->exception(), "work state");
     } else {
-      aborted.wait();
+      require(aborted.wait(), "no token on aborted");
       require_error([&] { barrier(); }, "test abort");
     }
     // The group can be replaced in the same processes.
