@@ -5,7 +5,10 @@
 // (collectives/early_finish.h): every call's data stays intact until the slowest rank has read
 // it, a rank at the end of the ring waits, and a mismatch reaches every rank, a few calls late.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
+
+#include <chrono>
 
 #include <random>
 #include <vector>
@@ -208,6 +211,142 @@ TEST(RunAheadTest, ARandomMixOfEarlyAndWaitingCollectivesStaysCorrect) {
       }
     });
     EXPECT_TRUE(testing::all_ranks_succeeded(results)) << world << " ranks";
+  }
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The victim died of SIGKILL, every other rank succeeded, and nothing of the job is left.
+void expect_only_the_victim_killed(const std::vector<testing::RankResult>& results, int victim,
+                                   const std::string& job) {
+  const size_t world = results.size();
+  for (const auto& result : results) {
+    if (result.rank == victim) {
+      EXPECT_EQ(result.signal, SIGKILL) << world << " ranks: " << result.message;
+    } else {
+      EXPECT_EQ(result.exit_code, 0)
+          << world << " ranks, rank " << result.rank << ": " << result.message;
+    }
+  }
+  EXPECT_TRUE(testing::no_segments_left(job)) << world << " ranks";
+}
+
+// A receiver is killed while the root is a ring ahead of it. The root's wait at the end of the
+// ring names the dead rank within a second (not after the 60 s timeout); the other receivers
+// get the calls the root published, each with its own data, and their first call that needs the
+// dead rank names it. Nothing is left in /dev/shm.
+TEST(RunAheadTest, AReceiverKilledWhileTheRootIsAheadIsNamedByEveryone) {
+  for (int world : {2, 3, 4, 8}) {
+    const std::string job = testing::unique_job_id();
+    const testing::TokenPipe ahead;
+    const testing::TokenPipe reported;
+    testing::SurvivorBarrier survivors;
+    testing::RunOptions options;
+    options.job_id = job;
+    auto results = testing::run_ranks(
+        world,
+        [&](const testing::RankContext& ctx) {
+          npu::set_device(ctx.rank % 8);
+          ctx.init(/*timeout_ms=*/60000);
+          const int64_t elements = 256;  // a small inline area
+          barrier();
+          if (ctx.rank == 1) {
+            require(ahead.wait(1), "the root did not run ahead");
+            raise(SIGKILL);
+          }
+          if (ctx.rank == 0) {
+            for (int call = 0; call < transport::kCallRing - 1; ++call) {
+              Tensor tensor = from_vector<int32_t>(values(elements, call)).npu();
+              broadcast(tensor, 0);
+            }
+            ahead.post(1);
+            Tensor tensor = from_vector<int32_t>(values(elements, 99)).npu();
+            const auto start = std::chrono::steady_clock::now();
+            try {
+              broadcast(tensor, 0);
+            } catch (const RemoteError& error) {
+              const double seconds = seconds_since(start);
+              reported.post(ctx.world - 2);
+              survivors.arrive_and_wait(ctx.world - 1);
+              require(std::string(error.what()).find("rank 1") != std::string::npos, error.what());
+              require(seconds < 1.0, str("noticed after ", seconds, " s"));
+              return;
+            }
+            reported.post(ctx.world - 2);
+            throw testing::RequirementFailed("the root went past the ring of a dead receiver");
+          }
+          require(reported.wait(1), "the root did not report");
+          std::string text = "no error";
+          try {
+            for (int call = 0; call < transport::kCallRing - 1; ++call) {
+              Tensor tensor = zeros({elements}, kInt32).npu();
+              broadcast(tensor, 0);
+              require(tensor.cpu().to_vector<int32_t>() == values(elements, call),
+                      str("rank ", ctx.rank, " got the wrong data in call ", call));
+            }
+            barrier();
+          } catch (const RemoteError& error) {
+            text = error.what();
+          }
+          survivors.arrive_and_wait(ctx.world - 1);
+          require(text.find("rank 1") != std::string::npos, text);
+        },
+        options);
+    expect_only_the_victim_killed(results, /*victim=*/1, job);
+  }
+}
+
+// The root is killed after it ran ten broadcasts ahead of its receivers. The receivers still get
+// what it published before it died (every call's data is complete before its arrival is), and
+// the first call it never made names it within a second.
+TEST(RunAheadTest, ARootKilledAfterRunningAheadLeavesItsCallsAndIsNamedInTheNext) {
+  for (int world : {2, 3, 4, 8}) {
+    const std::string job = testing::unique_job_id();
+    const testing::TokenPipe ahead;
+    testing::SurvivorBarrier survivors;
+    testing::RunOptions options;
+    options.job_id = job;
+    constexpr int kPublished = 10;
+    auto results = testing::run_ranks(
+        world,
+        [&](const testing::RankContext& ctx) {
+          npu::set_device(ctx.rank % 8);
+          ctx.init(/*timeout_ms=*/60000);
+          const int64_t elements = 4;  // the arrival line
+          barrier();
+          if (ctx.rank == 0) {
+            for (int call = 0; call < kPublished; ++call) {
+              Tensor tensor = from_vector<int32_t>(values(elements, call)).npu();
+              broadcast(tensor, 0);
+            }
+            ahead.post(ctx.world - 1);
+            raise(SIGKILL);
+          }
+          require(ahead.wait(1), "the root did not run ahead");
+          for (int call = 0; call <= kPublished; ++call) {
+            Tensor tensor = zeros({elements}, kInt32).npu();
+            const auto start = std::chrono::steady_clock::now();
+            try {
+              broadcast(tensor, 0);
+            } catch (const RemoteError& error) {
+              const double seconds = seconds_since(start);
+              survivors.arrive_and_wait(ctx.world - 1);
+              require(std::string(error.what()).find("rank 0") != std::string::npos, error.what());
+              require(
+                  call == kPublished,
+                  str("call ", call, " failed, though the root had published it: ", error.what()));
+              require(seconds < 1.0, str("noticed after ", seconds, " s"));
+              return;
+            }
+            require(call < kPublished, "a call the dead root never made returned");
+            require(tensor.cpu().to_vector<int32_t>() == values(elements, call),
+                    str("rank ", ctx.rank, " got the wrong data in call ", call));
+          }
+        },
+        options);
+    expect_only_the_victim_killed(results, /*victim=*/0, job);
   }
 }
 
