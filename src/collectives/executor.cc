@@ -565,6 +565,26 @@ void run(detail::GroupState& state, const OpPlan& plan) {
       wait_for_receivers(state, plan.root, sequence, "in", plan.name, sequence);
     } else {
       pull_from_root(context, me);
+      // A root that fails the call (a rank that differs came late, a timeout) gives up on it
+      // before its caller sees the error and may reuse the tensor; a copy that overlapped that is
+      // no result. If the copy read anything written after the give-up, the fence makes the
+      // give-up visible here (x86 is multi-copy atomic).
+      detail::fence(std::memory_order_seq_cst);
+      if (transport::gave_up_on(transport.slot(plan.root), sequence)) [[unlikely]] {
+        for (int r = 0; r < size; ++r) {
+          const transport::RankSlot& slot = transport.slot(r);
+          if (arrived(r) &&
+              slot.arrivals[entry].fingerprint.load(std::memory_order_relaxed) != fingerprint) {
+            throw mismatch(plan.name, rank, descriptor, r, slot.descriptors[entry]);
+          }
+        }
+        transport.check_healthy();  // a dead peer, if this rank has noticed it yet
+        throw RemoteError(detail::concat("in ", plan.name, " (sequence ", sequence, "): rank ",
+                                         plan.root,
+                                         ", its source, failed the call while this rank copied "
+                                         "its tensor: ",
+                                         transport::failure_text(transport.slot(plan.root))));
+      }
     }
   } else if (uses_host_pipeline(context)) {
     run_host_pipeline(state, context, timeout);
@@ -592,15 +612,22 @@ void execute(detail::GroupState& state, const OpPlan& plan) {
     record_failure();
     throw;
   }
+  // A failed call is given up (RankSlot::gave_up) before the caller sees the error and may
+  // reuse its tensors: a pull's receiver may still be reading them.
+  transport::RankSlot& mine = state.transport().slot(state.transport().rank());
   try {
     run(state, plan);
   } catch (const Error& error) {
+    transport::give_up(mine, plan.sequence, error.what());
     record_failure();
     if (state.mark_failed(error.what())) {
       SHMCCL_WARN(kColl, "group ", state.comm_name(), ": ", error.what());
       FlightRecorder::instance().dump(
           detail::concat("group ", state.comm_name(), ": ", error.what()), DumpTrigger::kFailure);
     }
+    throw;
+  } catch (const std::exception& error) {
+    transport::give_up(mine, plan.sequence, error.what());
     throw;
   }
 }

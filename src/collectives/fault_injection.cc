@@ -57,13 +57,17 @@ bool parse_number(const std::string& text, uint64_t* out) {
   return true;
 }
 
-[[noreturn]] void act(const Spec& spec) {
+void act(const Spec& spec) {
   switch (spec.action) {
     case Action::kKill:
       ::kill(::getpid(), SIGKILL);
       break;
     case Action::kExit:
       ::_exit(kFaultExitCode);
+    case Action::kStop:
+      // Every thread stops here; a SIGCONT (a test, a debugger, `kill -CONT`) lets it go on.
+      ::raise(SIGSTOP);
+      return;
     case Action::kStall:
       break;
   }
@@ -113,6 +117,8 @@ const char* action_name(Action action) {
       return "stall";
     case Action::kExit:
       return "exit";
+    case Action::kStop:
+      return "stop";
   }
   return "?";
 }
@@ -144,9 +150,11 @@ Spec parse(const std::string& text) {
       spec.action = Action::kStall;
     } else if (parts[2] == "exit") {
       spec.action = Action::kExit;
+    } else if (parts[2] == "stop") {
+      spec.action = Action::kStop;
     } else {
       throw InvalidArgument(shmccl::detail::concat("SHMCCL_FAULT='", text, "': unknown action '",
-                                                   parts[2], "' (kill, stall, exit)"));
+                                                   parts[2], "' (kill, stall, exit, stop)"));
     }
   }
   if (parts.size() == 4) {

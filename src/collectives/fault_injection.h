@@ -1,8 +1,9 @@
 // Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
 //
 // Fault injection for the reliability suite: SHMCCL_FAULT=<point>:<rank>[:<action>][:<sequence>]
-// makes global rank <rank> kill itself (SIGKILL, the default action), stall (sleep until killed)
-// or exit (_exit(kFaultExitCode)) when it reaches <point> in collective number <sequence> of a
+// makes global rank <rank> kill itself (SIGKILL, the default action), stall (sleep until killed),
+// exit (_exit(kFaultExitCode)) or stop (SIGSTOP itself, and go on after a SIGCONT: a rank
+// descheduled at the worst moment) when it reaches <point> in collective number <sequence> of a
 // group (any collective when omitted), once per process. Points (docs/reliability.md):
 //
 //   before_arrival  a collective, before this rank publishes its arrival
@@ -41,7 +42,7 @@ enum class Point : uint8_t {
   kBarrier,
 };
 
-enum class Action : uint8_t { kKill, kStall, kExit };
+enum class Action : uint8_t { kKill, kStall, kExit, kStop };
 
 inline constexpr int kFaultExitCode = 86;  // the exit code of the "exit" action
 

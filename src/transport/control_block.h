@@ -39,6 +39,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "device/arena.h"
 
@@ -57,7 +58,7 @@ inline constexpr int kCallRing = 32;
 inline constexpr size_t kSmallInlineBytes = 2 * 1024;
 inline constexpr int kInlineRing = 8;
 inline constexpr uint64_t kControlMagic = 0x73686d63636c4342ull;  // "shmcclCB"
-inline constexpr uint32_t kControlVersion = 7;
+inline constexpr uint32_t kControlVersion = 8;
 
 // The slot entry of collective `sequence`, and its inline area.
 inline constexpr int ring_entry(uint64_t sequence) {
@@ -123,6 +124,7 @@ inline constexpr uint8_t kHostInput = 1;
 inline constexpr uint8_t kHostOutput = 2;
 
 inline constexpr size_t kArrivalPayloadBytes = 48;
+inline constexpr size_t kFailureTextBytes = 256;
 
 // A call's fingerprint: the hash of the fields same-call checks compare in the upper 48 bits, the
 // low 16 bits of its sequence number below. A rank checking an earlier call's fingerprints reads
@@ -167,14 +169,21 @@ struct alignas(kCacheLine) RankSlot {
   // Non-zero when this rank waits for rank 0's barrier release (it runs oversubscribed); written
   // before it attaches. Rank 0 releases only when some rank waits.
   std::atomic<uint32_t> awaits_release;
-  char padding0[kCacheLine - 60];
+  // The low 32 bits of the collective this rank failed (gave up on), 0 before any. Set before the
+  // error reaches the caller, who may then reuse its tensors: a pull broadcast's receiver checks
+  // its root's after copying (executor.cc). A group that failed runs no more collectives.
+  std::atomic<uint32_t> gave_up;
+  static_assert(std::atomic<uint32_t>::is_always_lock_free);
   OpDescriptor descriptors[kCallRing];
   alignas(kCacheLine) unsigned char small_inline[kCallRing][kSmallInlineBytes];
   unsigned char inline_data[kInlineRing][kInlineBytes];
+  // Why this rank gave up on collective `gave_up` (NUL-terminated, cut to fit): written before
+  // gave_up, for the peers that find it there.
+  char failure[kFailureTextBytes];
 };
 static_assert(sizeof(RankSlot) % kCacheLine == 0);
 static_assert(offsetof(RankSlot, descriptors) == (kCallRing + 1) * kCacheLine);
-static_assert(sizeof(RankSlot) == 318272);  // a layout change is a kControlVersion change
+static_assert(sizeof(RankSlot) == 318528);  // a layout change is a kControlVersion change
 static_assert(offsetof(OpDescriptor, staging_window) % 8 == 0 && sizeof(OpDescriptor) == 3736);
 
 // RankSlot::attached: 0 until the rank maps the segment, then kAttached; kDetached once it has
@@ -188,6 +197,16 @@ inline auto* inline_area(Slot& slot, uint64_t sequence, uint64_t bytes) {
   return bytes <= kSmallInlineBytes ? slot.small_inline[sequence % kCallRing]
                                     : slot.inline_data[sequence % kInlineRing];
 }
+
+// Whether rank `slot` gave up on collective `sequence` (RankSlot::gave_up).
+inline bool gave_up_on(const RankSlot& slot, uint64_t sequence) {
+  return slot.gave_up.load(std::memory_order_acquire) == static_cast<uint32_t>(sequence);
+}
+
+// This rank gives up on collective `sequence` for `reason` (RankSlot::gave_up, failure).
+void give_up(RankSlot& slot, uint64_t sequence, const std::string& reason);
+// What rank `slot` gave as its reason, printable whatever the shared memory holds.
+std::string failure_text(const RankSlot& slot);
 
 // The last collective rank `slot` arrived at.
 inline uint64_t arrived_sequence(const RankSlot& slot) {

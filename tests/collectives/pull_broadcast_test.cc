@@ -5,9 +5,14 @@
 // a mismatch instead of a hang. (Results for every placement: host_staging_test.cc; faults:
 // reliability/fault_injection_test.cc.)
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include "core/config.h"
@@ -112,6 +117,110 @@ TEST(PullBroadcastTest, RanksConfiguredDifferentlyGetAMismatch) {
     throw testing::RequirementFailed("no mismatch error");
   });
   EXPECT_TRUE(testing::all_ranks_succeeded(results));
+}
+
+// A pull's receiver copies while the root fails the call: rank 1 is stopped (SIGSTOP, by fault
+// injection) after the first chunk of its copy; then rank 2 calls with another size (the root
+// sees a mismatch) or never calls (the root times out). The root overwrites its tensor before it
+// resumes rank 1 (SIGCONT), and rank 1 must report the failure, not return a copy that is part
+// old data and part new.
+// Whether process `pid` is (or within 20 s gets) stopped by a signal.
+bool stopped(pid_t pid) {
+  for (int i = 0; i < 20000; ++i) {
+    std::ifstream stat(str("/proc/", pid, "/stat"));
+    std::string number, name, state;
+    stat >> number >> name >> state;
+    if (state == "T") return true;
+    usleep(1000);
+  }
+  return false;
+}
+
+void expect_no_torn_copy_when_the_root_fails(bool rank2_differs) {
+  int pid_pipe[2];
+  ASSERT_EQ(pipe(pid_pipe), 0);
+  const testing::TokenPipe resumed;
+  auto results = testing::run_ranks(3, [&](const testing::RankContext& ctx) {
+    setenv("SHMCCL_FAULT", "mid_copy:1:stop:2", 1);  // sequence 1 is the barrier
+    config::reload();
+    npu::set_device(ctx.rank);
+    ctx.init();
+    pid_t copier = 0;
+    if (ctx.rank == 1) {
+      copier = getpid();
+      for (int reader = 0; reader < 2; ++reader)
+        require(write(pid_pipe[1], &copier, sizeof(copier)) == sizeof(copier), "pid pipe");
+    } else {
+      require(read(pid_pipe[0], &copier, sizeof(copier)) == sizeof(copier), "pid pipe");
+    }
+    barrier();
+    if (ctx.rank == 2) {
+      if (!rank2_differs) {
+        require(resumed.wait(1), "rank 1 did not finish");
+        return;
+      }
+      require(stopped(copier), "rank 1 did not stop mid-copy");  // comes once it has
+      Tensor tensor = zeros({kElements / 2}, kInt32).npu();
+      try {
+        broadcast(tensor, 0);
+      } catch (const RemoteError& error) {
+        require(std::string(error.what()).find("collective mismatch") != std::string::npos,
+                error.what());
+        return;
+      }
+      throw testing::RequirementFailed("no mismatch on the rank that differs");
+    }
+    Tensor tensor =
+        ctx.rank == 0 ? from_vector<int32_t>(pattern(1)).npu() : zeros({kElements}, kInt32).npu();
+    if (ctx.rank == 0) {
+      if (!rank2_differs) default_group()->set_timeout(std::chrono::milliseconds(300));
+      try {
+        broadcast(tensor, 0);
+      } catch (const Error& error) {
+        tensor.fill_(-1);  // the caller may reuse its tensor once it has the error
+        npu::synchronize();
+        require(stopped(copier), "rank 1 did not stop mid-copy");
+        require(kill(copier, SIGCONT) == 0, "SIGCONT");
+        require(resumed.wait(1), "rank 1 did not finish");
+        const std::string text = error.what();
+        require(text.find(rank2_differs ? "collective mismatch" : "ranks 2 have not called it") !=
+                    std::string::npos,
+                text);
+        return;
+      }
+      require(kill(copier, SIGCONT) == 0, "SIGCONT");
+      throw testing::RequirementFailed("the root went on without rank 2");
+    }
+    try {
+      broadcast(tensor, 0);
+    } catch (const RemoteError& error) {
+      resumed.post(rank2_differs ? 1 : 2);
+      const std::string text = error.what();
+      require(text.find(rank2_differs ? "collective mismatch in broadcast"
+                                      : "rank 0, its source, failed the call while this rank "
+                                        "copied its tensor") != std::string::npos &&
+                  text.find(rank2_differs ? "rank 2 called broadcast"
+                                          : "ranks 2 have not called it") != std::string::npos,
+              text);
+      return;
+    }
+    resumed.post(rank2_differs ? 1 : 2);
+    const std::vector<int32_t> got = tensor.cpu().to_vector<int32_t>();
+    throw testing::RequirementFailed(str("the broadcast returned, with ",
+                                         std::count(got.begin(), got.end(), -1), " of ", kElements,
+                                         " elements from the overwritten tensor"));
+  });
+  close(pid_pipe[0]);
+  close(pid_pipe[1]);
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+}
+
+TEST(PullBroadcastTest, AReceiverWhoseRootSawAMismatchMidCopyReportsItNotTornData) {
+  expect_no_torn_copy_when_the_root_fails(/*rank2_differs=*/true);
+}
+
+TEST(PullBroadcastTest, AReceiverWhoseRootTimedOutMidCopyReportsItNotTornData) {
+  expect_no_torn_copy_when_the_root_fails(/*rank2_differs=*/false);
 }
 
 }  // namespace

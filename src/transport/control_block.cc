@@ -1,0 +1,26 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+#include "transport/control_block.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace shmccl::transport {
+
+void give_up(RankSlot& slot, uint64_t sequence, const std::string& reason) {
+  const size_t length = std::min(reason.size(), kFailureTextBytes - 1);
+  std::memcpy(slot.failure, reason.data(), length);
+  slot.failure[length] = '\0';
+  // Release: the text happens-before any peer that sees the give-up.
+  slot.gave_up.store(static_cast<uint32_t>(sequence), std::memory_order_seq_cst);
+}
+
+std::string failure_text(const RankSlot& slot) {
+  char text[kFailureTextBytes + 1] = {};
+  std::memcpy(text, slot.failure, kFailureTextBytes);
+  for (char& c : text) {  // a peer's memory: whatever is there must print as text
+    if (c != '\0' && (c < 0x20 || c > 0x7e)) c = '?';
+  }
+  return text;
+}
+
+}  // namespace shmccl::transport
