@@ -25,6 +25,7 @@
 
 #include "bench_launch.h"
 #include "collectives/group_state.h"
+#include "transport/control_block.h"
 
 namespace shmccl::bench {
 namespace {
@@ -82,7 +83,8 @@ const char* op_name(Op op) {
 
 // Times `call` on every rank and returns the slowest rank's seconds. `warm_up` runs first,
 // untimed: the barrier before is a different call, so the block's first collective is a new call
-// (a new entry in the recorder, a new fingerprint), which a loop of repeated calls does not pay.
+// (a new entry in the recorder, a new fingerprint), and each of the first kCallRing fills its
+// entry of the slot's descriptor ring, which a loop of repeated calls does not pay.
 template <typename WarmUp, typename Call>
 double timed_max_over_ranks(WarmUp&& warm_up, Call&& call) {
   barrier();
@@ -113,7 +115,7 @@ class PhaseJitter {
 
 void run_overhead(benchmark::State& state, Toggle toggle, Op op, int world, int rank, bool phased) {
   constexpr int kBlock = 200;
-  constexpr int kWarmUp = 2;
+  constexpr int kWarmUp = transport::kCallRing + 2;  // a pass over the descriptor ring
   const int64_t count = std::max<int64_t>(8 / 4, world);
   const auto splits = linear_splits(count, world);
   const Device device = Device::npu(npu::current_device());
