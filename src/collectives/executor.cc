@@ -521,6 +521,13 @@ void run(detail::GroupState& state, const OpPlan& plan) {
   ExecContext context(transport, plan, rank, size, chunk_bytes());
   static const uint64_t streaming_bytes = config::get_bytes("SHMCCL_STREAMING_BYTES");
   context.streaming = !inline_payload && output_bytes(plan, size) >= streaming_bytes;
+  auto throw_if_differs = [&](int r) {
+    const transport::RankSlot& slot = transport.slot(r);
+    if (slot.arrivals[entry].fingerprint.load(std::memory_order_relaxed) != fingerprint)
+        [[unlikely]] {
+      throw mismatch(plan.name, rank, descriptor, r, slot.descriptors[entry]);
+    }
+  };
   for (int r = 0; r < size; ++r) {
     const transport::RankSlot& slot = transport.slot(r);
     // A small early finish compares only the root it needed (a broadcast receiver), or nobody;
@@ -533,10 +540,7 @@ void run(detail::GroupState& state, const OpPlan& plan) {
         (inline_payload ? !(needs == Needs::kRoot && r == plan.root) : !arrived(r))) {
       continue;
     }
-    if (slot.arrivals[entry].fingerprint.load(std::memory_order_relaxed) != fingerprint)
-        [[unlikely]] {
-      throw mismatch(plan.name, rank, descriptor, r, slot.descriptors[entry]);
-    }
+    throw_if_differs(r);
     context.descriptors[r] = &slot.descriptors[entry];
     context.payloads[r] = in_arrival_line ? slot.arrivals[entry].payload
                                           : transport::inline_area(slot, sequence, payload_bytes);
@@ -572,11 +576,7 @@ void run(detail::GroupState& state, const OpPlan& plan) {
       detail::fence(std::memory_order_seq_cst);
       if (transport::gave_up_on(transport.slot(plan.root), sequence)) [[unlikely]] {
         for (int r = 0; r < size; ++r) {
-          const transport::RankSlot& slot = transport.slot(r);
-          if (arrived(r) &&
-              slot.arrivals[entry].fingerprint.load(std::memory_order_relaxed) != fingerprint) {
-            throw mismatch(plan.name, rank, descriptor, r, slot.descriptors[entry]);
-          }
+          if (arrived(r)) throw_if_differs(r);
         }
         transport.check_healthy();  // a dead peer, if this rank has noticed it yet
         throw RemoteError(detail::concat("in ", plan.name, " (sequence ", sequence, "): rank ",
