@@ -241,13 +241,26 @@ TEST(PeerMonitor, ForkedChildGetsAFreshMonitor) {
   SleepingChild parent_watched;
   monitor().watch(parent_watched.pid(), [](pid_t) {});
   ASSERT_GE(monitor().num_watches(), 1u);
+  // Fork only once the monitor thread idles in epoll_wait. A thread still starting may hold a
+  // lock of the sanitizer runtime (its thread registry, its allocator) that no atfork handler
+  // takes: the child's copy stays locked, and the child's own monitor thread never starts (a
+  // CI failure under ASan). Applications fork with their library threads idle too.
+  pid_t monitor_thread = -1;
+  const auto deadline = Clock::now() + 5s;
+  while (monitor_thread < 0 && Clock::now() < deadline) {
+    monitor_thread = testing::find_thread("shmccl-peermon");
+    if (monitor_thread < 0) std::this_thread::yield();
+  }
+  ASSERT_GT(monitor_thread, 0) << "the monitor thread did not start";
+  ASSERT_TRUE(testing::wait_until_sleeping(monitor_thread, "poll"))
+      << "the monitor thread is not waiting in epoll_wait";
   const std::string failures = testing::run_processes(1, [](int) {
     CHILD_CHECK(monitor().num_watches() == 0, "watches are not inherited");
     Deaths deaths;
     SleepingChild grandchild;
     monitor().watch(grandchild.pid(), deaths.callback());
     grandchild.kill();
-    CHILD_CHECK(deaths.wait_for(1, 2s), "no callback in the forked child");
+    CHILD_CHECK(deaths.wait_for(1), "no callback within 5 s in the forked child");
   });
   EXPECT_EQ(failures, "");
 }

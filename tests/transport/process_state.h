@@ -2,12 +2,15 @@
 //
 // What another process is doing, read from /proc (no gtest: test workers use it too):
 //  - wait_until_sleeping(pid, wchan_part): waits (bounded) until a process sleeps in the kernel.
+//  - find_thread(name): the id of this process's thread called `name` (pthread_setname_np).
 #pragma once
 
+#include <dirent.h>
 #include <sched.h>
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 
@@ -28,6 +31,25 @@ inline bool wait_until_sleeping(pid_t pid, const std::string& wchan_part,
     ::sched_yield();
   }
   return false;
+}
+
+// The id of this process's thread whose name is `name`, or -1 when there is none.
+inline pid_t find_thread(const std::string& name) {
+  DIR* tasks = ::opendir("/proc/self/task");
+  if (tasks == nullptr) return -1;
+  pid_t found = -1;
+  while (const dirent* entry = ::readdir(tasks)) {
+    if (entry->d_name[0] == '.') continue;
+    std::ifstream file(std::string("/proc/self/task/") + entry->d_name + "/comm");
+    std::string comm;
+    std::getline(file, comm);
+    if (comm == name) {
+      found = static_cast<pid_t>(std::atol(entry->d_name));
+      break;
+    }
+  }
+  ::closedir(tasks);
+  return found;
 }
 
 }  // namespace shmccl::transport::testing
