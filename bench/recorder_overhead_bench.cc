@@ -9,6 +9,8 @@
 //     both halves; suspended, every rank sends the same fingerprint);
 //   BM_DiagnosticsOverhead: both together against neither;
 //   BM_NoOverhead: an A/A run (both halves the same), the method's own noise.
+// The ops: an uneven all-gather, an uneven reduce-scatter, an all-reduce (each repeating itself),
+// and the first two in alternation (no call repeats the one before it).
 // Each also runs "/phased": before each collective, every rank idles for a random 0-255
 // iterations of an empty loop (its own sequence, the same in both halves). Back to back, two ranks
 // run in lock-step, and a change of a nanosecond in one rank's path can move its arrival to the
@@ -30,7 +32,7 @@
 namespace shmccl::bench {
 namespace {
 
-enum class Op { kAllGatherUneven, kReduceScatterUneven, kAllReduce };
+enum class Op { kAllGatherUneven, kReduceScatterUneven, kAllReduce, kAlternating };
 enum class Toggle { kRecorder, kMismatchCheck, kBoth, kNothing };
 
 const char* toggle_name(Toggle toggle) {
@@ -77,6 +79,8 @@ const char* op_name(Op op) {
       return "ReduceScatterUneven";
     case Op::kAllReduce:
       return "AllReduce";
+    case Op::kAlternating:
+      return "AllGatherThenReduceScatter";
   }
   return "?";
 }
@@ -123,6 +127,7 @@ void run_overhead(benchmark::State& state, Toggle toggle, Op op, int world, int 
   Tensor gather_out = zeros({count}, kFloat32, device);
   Tensor full_buffer = ones({count}, kFloat32, device);
   Tensor scatter_out = zeros({splits[static_cast<size_t>(rank)]}, kFloat32, device);
+  bool gather_next = true;
   auto once = [&] {
     switch (op) {
       case Op::kAllGatherUneven:
@@ -133,6 +138,14 @@ void run_overhead(benchmark::State& state, Toggle toggle, Op op, int world, int 
         break;
       case Op::kAllReduce:
         all_reduce(full_buffer);
+        break;
+      case Op::kAlternating:  // no call repeats the one before (an FSDP-like loop)
+        if (gather_next) {
+          all_gather_into_tensor_uneven(gather_out, gather_in, splits);
+        } else {
+          reduce_scatter_tensor_uneven(scatter_out, full_buffer, splits);
+        }
+        gather_next = !gather_next;
         break;
     }
   };
@@ -191,7 +204,8 @@ void run_overhead(benchmark::State& state, Toggle toggle, Op op, int world, int 
 void register_all(const Options& /*options*/, int world, int rank) {
   for (Toggle toggle :
        {Toggle::kRecorder, Toggle::kMismatchCheck, Toggle::kBoth, Toggle::kNothing}) {
-    for (Op op : {Op::kAllGatherUneven, Op::kReduceScatterUneven, Op::kAllReduce}) {
+    for (Op op :
+         {Op::kAllGatherUneven, Op::kReduceScatterUneven, Op::kAllReduce, Op::kAlternating}) {
       for (bool phased : {false, true}) {
         const std::string name = std::string("BM_") + toggle_name(toggle) + "/" + op_name(op) +
                                  "/npu/ranks:" + std::to_string(world) + "/bytes:8" +

@@ -37,12 +37,24 @@ uint64_t call_hash(const OpPlan& plan, transport::Transfer transfer) {
   return hash;
 }
 
-void CallCache::refill(const OpPlan& plan, transport::Transfer transfer) {
-  fields_ = plan;
+void CallCache::switch_to(const OpPlan& plan, transport::Transfer transfer) {
+  Remembered* least_recent = &calls_[0];
+  for (Remembered& call : calls_) {
+    if (same(call, plan)) {
+      call.last_used = ++switches_;
+      current_ = &call;
+      return;
+    }
+    if (call.last_used < least_recent->last_used) least_recent = &call;
+  }
+  Remembered& call = *least_recent;
+  call.fields = plan;
   for (int r = 0; r < plan.num_splits; ++r)
-    splits_[static_cast<size_t>(r)] = plan.splits[static_cast<size_t>(r)];
-  hash_ = call_hash(plan, transfer);
-  ++id_;
+    call.splits[static_cast<size_t>(r)] = plan.splits[static_cast<size_t>(r)];
+  call.hash = call_hash(plan, transfer);
+  call.id = ++next_id_;
+  call.last_used = ++switches_;
+  current_ = &call;
 }
 
 }  // namespace shmccl::collectives

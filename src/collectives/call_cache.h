@@ -1,11 +1,14 @@
 // Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
 //
-// CallCache: what a rank remembers of its last collective call on a group, so that the call a
-// training loop repeats costs neither a new fingerprint nor a new descriptor nor a new flight
+// CallCache: what a rank remembers of its last few collective calls on a group, so that a call
+// a training loop repeats costs neither a new fingerprint nor a new descriptor nor a new flight
 // record. Comparing a call with the remembered one is one memcmp of OpPlan's CallFields block
 // and a compare per split size; hashing it is a serial chain of multiplies, and writing its
 // descriptor a dozen stores: measured against a 0.2 us collective, that was the cost of the
-// always-on mismatch check (bench/recorder_overhead_bench.cc measures both).
+// always-on mismatch check (bench/recorder_overhead_bench.cc measures both). A loop that
+// alternates a few calls (an all-gather and a reduce-scatter, say) keeps each one's hash, and
+// its descriptor in the slot entries that held it before (with an even number of calls, every
+// entry of the ring holds the same call each time).
 //
 // The call's hash covers exactly what every rank must agree on (op, dtype, reduce op, root, the
 // sizes that are common to all ranks, the split sizes, and how the data travels); a
@@ -32,19 +35,26 @@ uint64_t call_hash(const OpPlan& plan, transport::Transfer transfer);
 
 class CallCache {
  public:
-  // Makes `plan` (its data travelling as `transfer` says) the remembered
-  // call; true when it already was (same fields). Then hash() and id() describe it.
+  static constexpr int kCalls = 4;  // calls remembered (the least recently used one makes way)
+
+  CallCache() = default;
+  CallCache(const CallCache&) = delete;  // current_ points into the object
+  CallCache& operator=(const CallCache&) = delete;
+
+  // Makes `plan` (its data travelling as `transfer` says) the current call; true when it was
+  // the current call already (the same fields: a repeat). Then hash() and id() describe it.
   bool remember(const OpPlan& plan, transport::Transfer transfer) {
-    if (same(plan)) [[likely]]
+    if (same(*current_, plan)) [[likely]]
       return true;
-    refill(plan, transfer);
+    switch_to(plan, transfer);
     return false;
   }
-  // The next call is a new one, whatever it is.
-  void forget() { fields_.name = nullptr; }
-  uint64_t hash() const { return hash_; }
-  // Distinct for each distinct call remembered in a row (1, 2, ...; 0 is never a call's id).
-  uint64_t id() const { return id_; }
+  // The next call is not a repeat, whatever it is (its hash and id stay remembered).
+  void forget() { current_ = &none_; }
+  uint64_t hash() const { return current_->hash; }
+  // Distinct for each distinct call remembered (1, 2, ...; 0 is never a call's id); a call that
+  // comes back while still remembered keeps its id.
+  uint64_t id() const { return current_->id; }
 
   // Entry `entry` of this rank's slot holds the full descriptor of call `id` (so a repeat only
   // needs the new sequence number there); 0 when unknown.
@@ -52,27 +62,34 @@ class CallCache {
   void set_descriptor_call(int entry, uint64_t id) { descriptor_call_[entry] = id; }
 
  private:
-  bool same(const OpPlan& plan) const;
-  void refill(const OpPlan& plan, transport::Transfer transfer);
+  struct Remembered {
+    CallFields fields{.name = nullptr};  // (no call's name: matches no call)
+    std::array<int64_t, transport::kMaxRanks> splits{};
+    uint64_t hash = 0;
+    uint64_t id = 0;
+    uint64_t last_used = 0;
+  };
+  static bool same(const Remembered& call, const OpPlan& plan);
+  // Makes the remembered call equal to `plan` current, or else refills the least recently used.
+  void switch_to(const OpPlan& plan, transport::Transfer transfer);
 
-  // The remembered call.
-  CallFields fields_{.name = nullptr};  // (no call's name: the first call is new)
-  std::array<int64_t, transport::kMaxRanks> splits_{};
-
-  uint64_t hash_ = 0;
-  uint64_t id_ = 0;
+  std::array<Remembered, kCalls> calls_{};
+  Remembered none_{};  // current after forget(), and at first
+  Remembered* current_ = &none_;
+  uint64_t next_id_ = 0;
+  uint64_t switches_ = 0;  // the clock of last_used
   uint64_t descriptor_call_[transport::kCallRing] = {};
 };
 
-inline bool CallCache::same(const OpPlan& plan) const {
+inline bool CallCache::same(const Remembered& call, const OpPlan& plan) {
   // Only what the others do not imply (a repeat is what the hot path sees, so each compare
   // costs): the name identifies the API function and hence the op kind; the transfer follows
   // from the sizes; every output size follows from the input's and the split sizes (which the
   // API checked against the tensors).
-  if (std::memcmp(static_cast<const CallFields*>(&plan), &fields_, sizeof(CallFields)) != 0)
+  if (std::memcmp(static_cast<const CallFields*>(&plan), &call.fields, sizeof(CallFields)) != 0)
     return false;
   for (int r = 0; r < plan.num_splits; ++r)
-    if (plan.splits[static_cast<size_t>(r)] != splits_[static_cast<size_t>(r)]) return false;
+    if (plan.splits[static_cast<size_t>(r)] != call.splits[static_cast<size_t>(r)]) return false;
   return true;
 }
 

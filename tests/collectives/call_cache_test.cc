@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <tuple>
@@ -122,6 +123,53 @@ TEST(CallCacheTest, ARepeatIsRecognisedAndEveryAgreedFieldMakesANewCall) {
     EXPECT_FALSE(back_repeated);
     EXPECT_EQ(back_hash, first_hash);
   }
+}
+
+// A loop that alternates calls keeps each one's hash and id (so its descriptor in the slot
+// entries that held it), none of them a repeat; the fifth distinct call makes the least recently
+// used one make way, which then comes back with a new id.
+TEST(CallCacheTest, AlternatingCallsKeepTheirIdsUntilTheLeastRecentMakesWay) {
+  std::vector<Call> calls;
+  for (int root = 0; root <= CallCache::kCalls; ++root)
+    calls.push_back(broadcast_call(root));
+  CallCache cache;
+  std::vector<uint64_t> ids, hashes;
+  for (int i = 0; i < CallCache::kCalls; ++i) {
+    EXPECT_FALSE(remember(cache, calls[static_cast<size_t>(i)]).first);
+    ids.push_back(cache.id());
+    hashes.push_back(cache.hash());
+  }
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < CallCache::kCalls; ++i) {
+      const auto [repeated, hash] = remember(cache, calls[static_cast<size_t>(i)]);
+      EXPECT_FALSE(repeated) << "call " << i << " follows another call";
+      EXPECT_EQ(hash, hashes[static_cast<size_t>(i)]);
+      EXPECT_EQ(cache.id(), ids[static_cast<size_t>(i)]) << "call " << i;
+    }
+  }
+  // Calls 0..3 were used in that order: a fifth call replaces call 0.
+  EXPECT_FALSE(remember(cache, calls.back()).first);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), cache.id()), 0);
+  remember(cache, calls[1]);
+  EXPECT_EQ(cache.id(), ids[1]);
+  remember(cache, calls[0]);
+  EXPECT_NE(cache.id(), ids[0]);
+  EXPECT_EQ(cache.hash(), hashes[0]);
+}
+
+// After forget() the same call is not a repeat (the flight recorder starts a run) but keeps its
+// id and hash.
+TEST(CallCacheTest, ForgetEndsTheRepeatButKeepsTheCall) {
+  CallCache cache;
+  remember(cache, Call{});
+  const uint64_t id = cache.id();
+  const uint64_t hash = cache.hash();
+  EXPECT_TRUE(remember(cache, Call{}).first);
+  cache.forget();
+  EXPECT_FALSE(remember(cache, Call{}).first);
+  EXPECT_EQ(cache.id(), id);
+  EXPECT_EQ(cache.hash(), hash);
+  EXPECT_TRUE(remember(cache, Call{}).first);
 }
 
 // The hash of a call does not depend on what was remembered before it.
