@@ -114,6 +114,11 @@ inline void run_on_one_cpu() {
   require(sched_setaffinity(0, sizeof(one), &one) == 0, "sched_setaffinity");
 }
 
+// Seconds from `start` to now (how fast a failure was noticed).
+inline double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 inline std::string unique_job_id() {
   static std::atomic<int> counter{0};
   std::random_device device;
@@ -132,32 +137,40 @@ inline std::vector<std::string> shm_entries(const std::string& fragment) {
   return found;
 }
 
-// A count in memory the test process maps before it forks its ranks. Survivors of an injected
-// death call arrive_and_wait() once they have their error and leave only when all of them have
-// it: a survivor that exits early would otherwise be the death a slower survivor notices first
-// (test sequencing; bounded).
-class SurvivorBarrier {
+// An int in memory the test process maps before it forks its ranks: what a rank stores there,
+// the other ranks and the test process see.
+class SharedInt {
  public:
-  SurvivorBarrier() {
+  SharedInt() {
     void* memory = mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE,
                         MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (memory == MAP_FAILED) throw std::runtime_error("mmap");
-    arrived_ = new (memory) std::atomic<int>(0);
+    value_ = new (memory) std::atomic<int>(0);
   }
-  ~SurvivorBarrier() { munmap(arrived_, sizeof(std::atomic<int>)); }
-  SurvivorBarrier(const SurvivorBarrier&) = delete;
-  SurvivorBarrier& operator=(const SurvivorBarrier&) = delete;
+  ~SharedInt() { munmap(value_, sizeof(std::atomic<int>)); }
+  SharedInt(const SharedInt&) = delete;
+  SharedInt& operator=(const SharedInt&) = delete;
+  std::atomic<int>& operator*() const { return *value_; }
 
+ private:
+  static_assert(std::atomic<int>::is_always_lock_free);
+  std::atomic<int>* value_;
+};
+
+// A count in shared memory. Survivors of an injected death call arrive_and_wait() once they have
+// their error and leave only when all of them have it: a survivor that exits early would
+// otherwise be the death a slower survivor notices first (test sequencing; bounded).
+class SurvivorBarrier {
+ public:
   void arrive_and_wait(int survivors) {
-    arrived_->fetch_add(1);
+    (*arrived_).fetch_add(1);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (arrived_->load() < survivors && std::chrono::steady_clock::now() < deadline)
+    while ((*arrived_).load() < survivors && std::chrono::steady_clock::now() < deadline)
       usleep(1000);
   }
 
  private:
-  static_assert(std::atomic<int>::is_always_lock_free);
-  std::atomic<int>* arrived_;
+  SharedInt arrived_;
 };
 
 struct RunOptions {

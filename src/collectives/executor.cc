@@ -192,6 +192,8 @@ void run_pool(detail::GroupState& state, ExecContext& context, const Algorithm& 
     // can leave the collective, so every owner is still alive (a rank that found no chunk left
     // never touches peers that may already have exited).
     if (!resolved) {
+      transport.slot(context.rank)
+          .pool_claimed.store(static_cast<uint32_t>(sequence), std::memory_order_relaxed);
       resolve_buffers(context);
       resolved = true;
     }
@@ -213,8 +215,19 @@ void run_pool(detail::GroupState& state, ExecContext& context, const Algorithm& 
   if (!ran_one) fault::point(fault::Point::kMidCopy, global_rank(state), sequence);
   detail::release_to_peers();
   transport.slot(context.rank).pool_finished.store(sequence, std::memory_order_relaxed);
+  // A rank that failed this call holding a claimed chunk (an exception in its copy) departed
+  // with its share unfinished: nobody else finishes it, so the wait ends at once, naming it.
+  auto abandoned_by = [&] {
+    return transport.first_departed([&](const transport::RankSlot& slot) {
+      return slot.departed_at.load(std::memory_order_acquire) == sequence + 1 &&
+             !transport::timed_out(slot) &&
+             slot.pool_claimed.load(std::memory_order_relaxed) == static_cast<uint32_t>(sequence) &&
+             slot.pool_finished.load(std::memory_order_relaxed) != sequence;
+    });
+  };
   transport.wait_until(
-      [&] { return header.done.load(std::memory_order_acquire) >= end; }, timeout,
+      [&] { return header.done.load(std::memory_order_acquire) >= end || abandoned_by() >= 0; },
+      timeout,
       [&] {
         const std::string behind =
             transport::ranks_below(transport, sequence, [](const transport::RankSlot& slot) {
@@ -226,6 +239,18 @@ void run_pool(detail::GroupState& state, ExecContext& context, const Algorithm& 
                               " chunks of work claimed by ranks ", behind,
                               ", which have not finished their share");
       });
+  if (header.done.load(std::memory_order_acquire) < end) [[unlikely]] {
+    const int abandoned = abandoned_by();
+    if (abandoned < 0) {
+      throw Error(detail::concat("internal error: the work pool of ", context.plan.name,
+                                 " (sequence ", sequence, ") ended with chunks unfinished"));
+    }
+    throw RemoteError(detail::concat(
+        "in ", context.plan.name, " (sequence ", sequence, "): rank ", abandoned, " (pid ",
+        transport.peer_pid(abandoned), ") failed the call with chunks of its work unfinished (",
+        end - header.done.load(std::memory_order_acquire),
+        " left, which no rank will finish): ", transport::failure_text(transport.slot(abandoned))));
+  }
 }
 
 }  // namespace
@@ -617,17 +642,22 @@ void execute(detail::GroupState& state, const OpPlan& plan) {
   transport::RankSlot& mine = state.transport().slot(state.transport().rank());
   try {
     run(state, plan);
-  } catch (const Error& error) {
-    transport::give_up(mine, plan.sequence, error.what());
+  } catch (const std::exception& error) {  // shmccl::Error, and std::bad_alloc and the like
+    transport::GroupTransport& transport = state.transport();
+    transport::give_up(mine, plan.sequence, error.what(),
+                       dynamic_cast<const TimeoutError*>(&error) != nullptr
+                           ? transport::FailureKind::kTimeout
+                           : transport::FailureKind::kRemote);
     record_failure();
     if (state.mark_failed(error.what())) {
+      // This rank runs no more collectives on the group: its peers must not wait for it (in
+      // this call too, if it never arrived).
+      const bool arrived = transport::arrived_at(mine, plan.sequence);
+      transport.depart(arrived ? plan.sequence + 1 : plan.sequence);
       SHMCCL_WARN(kColl, "group ", state.comm_name(), ": ", error.what());
       FlightRecorder::instance().dump(
           detail::concat("group ", state.comm_name(), ": ", error.what()), DumpTrigger::kFailure);
     }
-    throw;
-  } catch (const std::exception& error) {
-    transport::give_up(mine, plan.sequence, error.what());
     throw;
   }
 }

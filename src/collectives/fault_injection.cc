@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -68,6 +69,9 @@ void act(const Spec& spec) {
       // Every thread stops here; a SIGCONT (a test, a debugger, `kill -CONT`) lets it go on.
       ::raise(SIGSTOP);
       return;
+    case Action::kBadAlloc:
+      // What an allocation that fails inside a collective throws: not a shmccl::Error.
+      throw std::bad_alloc();
     case Action::kStall:
       break;
   }
@@ -119,6 +123,8 @@ const char* action_name(Action action) {
       return "exit";
     case Action::kStop:
       return "stop";
+    case Action::kBadAlloc:
+      return "bad_alloc";
   }
   return "?";
 }
@@ -152,9 +158,12 @@ Spec parse(const std::string& text) {
       spec.action = Action::kExit;
     } else if (parts[2] == "stop") {
       spec.action = Action::kStop;
+    } else if (parts[2] == "bad_alloc") {
+      spec.action = Action::kBadAlloc;
     } else {
       throw InvalidArgument(shmccl::detail::concat("SHMCCL_FAULT='", text, "': unknown action '",
-                                                   parts[2], "' (kill, stall, exit, stop)"));
+                                                   parts[2],
+                                                   "' (kill, stall, exit, stop, bad_alloc)"));
     }
   }
   if (parts.size() == 4) {

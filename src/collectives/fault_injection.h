@@ -2,9 +2,10 @@
 //
 // Fault injection for the reliability suite: SHMCCL_FAULT=<point>:<rank>[:<action>][:<sequence>]
 // makes global rank <rank> kill itself (SIGKILL, the default action), stall (sleep until killed),
-// exit (_exit(kFaultExitCode)) or stop (SIGSTOP itself, and go on after a SIGCONT: a rank
-// descheduled at the worst moment) when it reaches <point> in collective number <sequence> of a
-// group (any collective when omitted), once per process. Points (docs/reliability.md):
+// exit (_exit(kFaultExitCode)), stop (SIGSTOP itself, and go on after a SIGCONT: a rank
+// descheduled at the worst moment) or bad_alloc (throw std::bad_alloc: a local failure that is
+// not a shmccl::Error) when it reaches <point> in collective number <sequence> of a group (any
+// collective when omitted), once per process. Points (docs/reliability.md):
 //
 //   before_arrival  a collective, before this rank publishes its arrival
 //   after_arrival   right after its arrival, before it waits for the others
@@ -42,7 +43,7 @@ enum class Point : uint8_t {
   kBarrier,
 };
 
-enum class Action : uint8_t { kKill, kStall, kExit, kStop };
+enum class Action : uint8_t { kKill, kStall, kExit, kStop, kBadAlloc };
 
 inline constexpr int kFaultExitCode = 86;  // the exit code of the "exit" action
 

@@ -82,7 +82,10 @@ class GroupState {
   }
   // The collective this group is executing (set by the executor; read by the sleep listener on
   // the same thread).
-  void set_executing(uint64_t sequence) { executing_sequence_ = sequence; }
+  void set_executing(uint64_t sequence) {
+    executing_sequence_ = sequence;
+    transport_->set_current_sequence(sequence);  // what its waits compare departures with
+  }
   // The collectives this rank finished before every peer arrived, and what it still owes for them
   // (early_finish.h). Used by the executing thread only.
   collectives::EarlyFinishes& early() { return early_; }

@@ -115,6 +115,25 @@ class Pipeline {
            all_reached(&RankSlot::consumed, stage.next + 1 - kStagingDepth);
   }
   std::string describe(const Phase& stage, const Phase& reduce, const Phase& pull) const;
+  // A rank that failed this collective after it arrived (it departed: RankSlot::departed_at)
+  // before it consumed every window never will, and every rank's last wait needs that: the
+  // waits end at once and name it. -1 while there is none.
+  int abandoned_by() const {
+    return transport_.first_departed([this](const RankSlot& slot) {
+      return slot.departed_at.load(std::memory_order_acquire) == plan_.sequence + 1 &&
+             !transport::timed_out(slot) && slot.consumed.load(std::memory_order_acquire) < end_;
+    });
+  }
+  void throw_if_abandoned() const {
+    const int rank = abandoned_by();
+    if (rank < 0) [[likely]]
+      return;
+    throw RemoteError(detail::concat("in ", plan_.name, " (sequence ", plan_.sequence, "): rank ",
+                                     rank, " (pid ", transport_.peer_pid(rank),
+                                     ") failed the call before it consumed every window of its ",
+                                     "host staging, so no rank can finish it: ",
+                                     transport::failure_text(transport_.slot(rank))));
+  }
 
   detail::GroupState& state_;
   const ExecContext& context_;
@@ -343,16 +362,22 @@ void Pipeline::run(std::chrono::milliseconds timeout) {
     }
     if (progressed) continue;
     transport_.wait_until(
-        [&] { return pull_ready() || reduce_ready() || (stage.pending() && stage_ready(stage)); },
+        [&] {
+          return pull_ready() || reduce_ready() || (stage.pending() && stage_ready(stage)) ||
+                 abandoned_by() >= 0;
+        },
         timeout, [&] { return describe(stage, reduce, pull); });
+    throw_if_abandoned();
   }
   if (!ran_one_) {
     fault::point(fault::Point::kMidCopy, state_.global_ranks()[static_cast<size_t>(me_)],
                  plan_.sequence);
   }
   // Peers may still read this rank's slots or NPU input: leave once every rank consumed all.
-  transport_.wait_until([&] { return all_reached(&RankSlot::consumed, end_); }, timeout,
-                        [&] { return describe(stage, reduce, pull); });
+  transport_.wait_until(
+      [&] { return all_reached(&RankSlot::consumed, end_) || abandoned_by() >= 0; }, timeout,
+      [&] { return describe(stage, reduce, pull); });
+  if (!all_reached(&RankSlot::consumed, end_)) throw_if_abandoned();
 }
 
 }  // namespace

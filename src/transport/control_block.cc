@@ -6,7 +6,8 @@
 
 namespace shmccl::transport {
 
-void give_up(RankSlot& slot, uint64_t sequence, const std::string& reason) {
+void give_up(RankSlot& slot, uint64_t sequence, const std::string& reason, FailureKind kind) {
+  slot.failure_kind = static_cast<uint32_t>(kind);
   const size_t length = std::min(reason.size(), kFailureTextBytes - 1);
   std::memcpy(slot.failure, reason.data(), length);
   slot.failure[length] = '\0';
@@ -15,10 +16,13 @@ void give_up(RankSlot& slot, uint64_t sequence, const std::string& reason) {
 }
 
 std::string failure_text(const RankSlot& slot) {
-  char text[kFailureTextBytes + 1] = {};
-  std::memcpy(text, slot.failure, kFailureTextBytes);
-  for (char& c : text) {  // a peer's memory: whatever is there must print as text
-    if (c != '\0' && (c < 0x20 || c > 0x7e)) c = '?';
+  return printable_text(slot.failure, kFailureTextBytes);
+}
+
+std::string printable_text(const char* bytes, size_t size) {
+  std::string text(bytes, ::strnlen(bytes, size));
+  for (char& c : text) {
+    if (c < 0x20 || c > 0x7e) c = '?';
   }
   return text;
 }

@@ -58,7 +58,7 @@ inline constexpr int kCallRing = 32;
 inline constexpr size_t kSmallInlineBytes = 2 * 1024;
 inline constexpr int kInlineRing = 8;
 inline constexpr uint64_t kControlMagic = 0x73686d63636c4342ull;  // "shmcclCB"
-inline constexpr uint32_t kControlVersion = 8;
+inline constexpr uint32_t kControlVersion = 10;
 
 // The slot entry of collective `sequence`, and its inline area.
 inline constexpr int ring_entry(uint64_t sequence) {
@@ -124,7 +124,7 @@ inline constexpr uint8_t kHostInput = 1;
 inline constexpr uint8_t kHostOutput = 2;
 
 inline constexpr size_t kArrivalPayloadBytes = 48;
-inline constexpr size_t kFailureTextBytes = 256;
+inline constexpr size_t kFailureTextBytes = 232;
 
 // A call's fingerprint: the hash of the fields same-call checks compare in the upper 48 bits, the
 // low 16 bits of its sequence number below. A rank checking an earlier call's fingerprints reads
@@ -177,8 +177,23 @@ struct alignas(kCacheLine) RankSlot {
   OpDescriptor descriptors[kCallRing];
   alignas(kCacheLine) unsigned char small_inline[kCallRing][kSmallInlineBytes];
   unsigned char inline_data[kInlineRing][kInlineBytes];
-  // Why this rank gave up on collective `gave_up` (NUL-terminated, cut to fit): written before
-  // gave_up, for the peers that find it there.
+  // The first collective this rank takes no part in, 0 while it does: it failed a collective
+  // (the one after it, or that one when it never arrived there) or destroyed its side of the
+  // group. A peer waiting for it in that collective or a later one fails at once
+  // (GroupTransport::healthy) instead of at its timeout. Read only when the header's
+  // `departures` says some rank left.
+  std::atomic<uint64_t> departed_at;
+  // Why this rank gave up on collective `gave_up`: a FailureKind and a text (NUL-terminated, cut
+  // to fit), written before gave_up for the peers that find it there.
+  uint32_t failure_kind;
+  // The low 32 bits of the last collective in which this rank claimed a chunk of the work pool
+  // (stored at its first claim): with `pool_finished` and `departed_at`, a peer tells a rank
+  // that failed the call holding unfinished chunks, which no one else will finish.
+  std::atomic<uint32_t> pool_claimed;
+  // This rank's place among the group's departures (1 for the first), written before
+  // departed_at: a rank that failed because another departed names that one, not itself.
+  std::atomic<uint32_t> departure_order;
+  uint32_t reserved;
   char failure[kFailureTextBytes];
 };
 static_assert(sizeof(RankSlot) % kCacheLine == 0);
@@ -203,10 +218,23 @@ inline bool gave_up_on(const RankSlot& slot, uint64_t sequence) {
   return slot.gave_up.load(std::memory_order_acquire) == static_cast<uint32_t>(sequence);
 }
 
+// RankSlot::failure_kind: what a peer that learns of the failure throws in turn (a rank that
+// timed out makes its peers' errors timeouts too: a stalled rank is a TimeoutError everywhere).
+enum class FailureKind : uint32_t { kRemote = 0, kTimeout = 1 };
+
+// Whether the failure rank `slot` gave up for was its own timeout (read after its departed_at).
+// Such a rank waited for a stalled one, as its peers do: they keep their own timeouts.
+inline bool timed_out(const RankSlot& slot) {
+  return slot.failure_kind == static_cast<uint32_t>(FailureKind::kTimeout);
+}
+
 // This rank gives up on collective `sequence` for `reason` (RankSlot::gave_up, failure).
-void give_up(RankSlot& slot, uint64_t sequence, const std::string& reason);
+void give_up(RankSlot& slot, uint64_t sequence, const std::string& reason, FailureKind kind);
 // What rank `slot` gave as its reason, printable whatever the shared memory holds.
 std::string failure_text(const RankSlot& slot);
+// The NUL-terminated text in `bytes` (at most `size` of them), any unprintable byte shown as '?':
+// a peer wrote it into shared memory, so whatever is there must print as text.
+std::string printable_text(const char* bytes, size_t size);
 
 // The last collective rank `slot` arrived at.
 inline uint64_t arrived_sequence(const RankSlot& slot) {
@@ -235,6 +263,9 @@ struct alignas(4096) ControlHeader {
   alignas(kCacheLine) std::atomic<uint32_t> wake_word;   // futex: bumped when there is news
   std::atomic<uint32_t> sleepers;                        // ranks asleep on wake_word
   alignas(kCacheLine) std::atomic<uint32_t> abort_flag;  // non-zero: the group is aborted
+  // How many ranks left the group (RankSlot::departed_at). On the abort flag's line: the waits
+  // read both on every check, for the price of one.
+  std::atomic<uint32_t> departures;
   int32_t abort_rank;
   char abort_reason[240];
 };

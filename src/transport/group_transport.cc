@@ -102,7 +102,45 @@ std::unique_ptr<GroupTransport> GroupTransport::open(const std::string& name, in
 GroupTransport::~GroupTransport() {
   for (PeerMonitor::WatchId id : watches_)
     PeerMonitor::instance().unwatch(id);
+  // A rank that destroys its side while its peers go on must not leave them waiting for it.
+  depart(arrived_sequence(slots_[rank_]) + 1);
   slots_[rank_].attached.store(kDetached, std::memory_order_release);
+}
+
+void GroupTransport::depart(uint64_t first_missed) {
+  // Only this rank writes its slot, and it departs once (its executing thread first, or its
+  // destructor once that thread is done).
+  RankSlot& mine = slots_[rank_];
+  if (mine.departed_at.load(std::memory_order_relaxed) != 0) return;
+  // Dekker with a sleeper, as notify(): the count and the slot, then the wake, against its
+  // re-check. A peer that sees the count before the slot finds no departure yet, and looks again.
+  const uint32_t order = header_->departures.fetch_add(1, std::memory_order_seq_cst) + 1;
+  mine.departure_order.store(order, std::memory_order_relaxed);
+  mine.departed_at.store(first_missed, std::memory_order_seq_cst);
+  header_->wake_word.fetch_add(1, std::memory_order_seq_cst);
+  futex_wake(&header_->wake_word);
+}
+
+int GroupTransport::departed_rank() const {
+  const uint64_t current = current_sequence_.load(std::memory_order_relaxed);
+  return first_departed([current](const RankSlot& slot) {
+    return slot.departed_at.load(std::memory_order_acquire) <= current;
+  });
+}
+
+std::string GroupTransport::departure_message(int rank) const {
+  const RankSlot& slot = slots_[rank];
+  const uint64_t departed_at = slot.departed_at.load(std::memory_order_acquire);
+  const std::string failure = failure_text(slot);
+  const std::string who =
+      detail::concat("rank ", rank, " (pid ", peer_pids_[static_cast<size_t>(rank)], ")");
+  if (failure.empty()) {
+    return detail::concat(who, " destroyed its side of the group after collective ",
+                          departed_at - 1, " and takes no part in collective ", departed_at,
+                          " or later");
+  }
+  return detail::concat(who, " failed collective ", slot.gave_up.load(std::memory_order_acquire),
+                        " and takes no part in collective ", departed_at, " or later: ", failure);
 }
 
 void GroupTransport::wait_for_all_attached(Clock::time_point deadline) {
@@ -172,26 +210,38 @@ void GroupTransport::set_peer_death_listener(std::function<void(const std::strin
 
 bool GroupTransport::healthy() const {
   return !peer_dead_.load(std::memory_order_acquire) &&
-         header_->abort_flag.load(std::memory_order_acquire) == 0;
+         header_->abort_flag.load(std::memory_order_acquire) == 0 && departed_rank() < 0;
 }
 
 std::string GroupTransport::failure_message() const {
   if (header_->abort_flag.load(std::memory_order_acquire) != 0) {
-    char reason[sizeof(header_->abort_reason) + 1] = {};
-    std::memcpy(reason, header_->abort_reason, sizeof(header_->abort_reason));
-    reason[sizeof(header_->abort_reason)] = '\0';
-    for (char& c : reason) {  // shared memory: whatever is there must print as text
-      if (c != '\0' && (c < 0x20 || c > 0x7e)) c = '?';
-    }
-    return detail::concat("the group was aborted by rank ", header_->abort_rank, ": ", reason);
+    return detail::concat("the group was aborted by rank ", header_->abort_rank, ": ",
+                          printable_text(header_->abort_reason, sizeof(header_->abort_reason)));
   }
-  std::lock_guard<std::mutex> lock(failure_mutex_);
-  return peer_death_message_;
+  {
+    std::lock_guard<std::mutex> lock(failure_mutex_);
+    if (!peer_death_message_.empty()) return peer_death_message_;
+  }
+  const int departed = departed_rank();
+  return departed >= 0 ? departure_message(departed) : "the group failed";
+}
+
+void GroupTransport::throw_failure(const std::string& context) const {
+  std::string message = failure_message();
+  if (!context.empty()) message += "; " + context;
+  const bool only_departed = !peer_dead_.load(std::memory_order_acquire) &&
+                             header_->abort_flag.load(std::memory_order_acquire) == 0;
+  const int departed = only_departed ? departed_rank() : -1;
+  if (departed >= 0 &&
+      slots_[departed].failure_kind == static_cast<uint32_t>(FailureKind::kTimeout)) {
+    throw TimeoutError(message);
+  }
+  throw RemoteError(message);
 }
 
 void GroupTransport::check_healthy() const {
   if (!healthy()) [[unlikely]] {
-    throw RemoteError(failure_message());
+    throw_failure("");
   }
 }
 
@@ -245,7 +295,7 @@ void GroupTransport::sleep_until(bool (*ready)(void*), void* context, Clock::tim
   const auto yield_until = Clock::now() + yield_budget_;
   for (int i = 0;; ++i) {
     if (ready(context)) return;
-    if (!healthy()) throw RemoteError(failure_message() + "; " + describe(describe_context));
+    if (!healthy()) throw_failure(describe(describe_context));
     if (i >= 16 && Clock::now() >= yield_until) break;
     sched_yield();
   }
@@ -273,7 +323,7 @@ void GroupTransport::sleep_until(bool (*ready)(void*), void* context, Clock::tim
     }
     header_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
     if (done || ready(context)) return;
-    if (!healthy()) throw RemoteError(failure_message() + "; " + describe(describe_context));
+    if (!healthy()) throw_failure(describe(describe_context));
     if (Clock::now() >= deadline) {
       throw TimeoutError(detail::concat("timed out ", describe(describe_context)));
     }
@@ -327,7 +377,7 @@ char* GroupTransport::resolve(const BufferRef& shared_ref, uint64_t bytes) const
     mapping = found->second;
   } catch (const Error& error) {
     // Usually the peer died while we were about to map its memory: say which rank it was.
-    if (!healthy()) throw RemoteError(failure_message() + "; " + error.what());
+    if (!healthy()) throw_failure(error.what());
     // A peer whose memory is already gone is exiting; its exit is reported a moment later.
     if (PeerMonitor::wait_for_exit(handle.pid, std::chrono::milliseconds(100))) {
       throw RemoteError(

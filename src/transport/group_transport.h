@@ -95,7 +95,37 @@ class GroupTransport {
     sleep_listener_context_ = context;
   }
 
-  // Throws the group's failure (abort, dead peer) if there is one.
+  // This rank takes no part in collective `first_missed` and later ones (it failed a
+  // collective, or destroys its side of the group): the peers' waits in those fail at once,
+  // naming it (RankSlot::departed_at). The first call counts; later ones change nothing.
+  void depart(uint64_t first_missed);
+  // The collective this rank runs now: waits fail when a rank they may wait for departed
+  // before it (set by the executing thread before each collective).
+  // Of the other ranks that departed and satisfy `pick(slot)`, the one that departed first;
+  // -1 when none did (cheap while nobody departed).
+  template <typename Pick>
+  int first_departed(Pick&& pick) const {
+    if (header_->departures.load(std::memory_order_acquire) == 0) [[likely]]
+      return -1;
+    int first = -1;
+    uint32_t first_order = 0;
+    for (int r = 0; r < size_; ++r) {
+      const RankSlot& slot = slots_[r];
+      if (r == rank_ || slot.departed_at.load(std::memory_order_acquire) == 0 || !pick(slot))
+        continue;
+      const uint32_t order = slot.departure_order.load(std::memory_order_relaxed);
+      if (first < 0 || order < first_order) {
+        first = r;
+        first_order = order;
+      }
+    }
+    return first;
+  }
+  void set_current_sequence(uint64_t sequence) {
+    current_sequence_.store(sequence, std::memory_order_relaxed);
+  }
+
+  // Throws the group's failure (abort, dead peer, a rank that departed) if there is one.
   void check_healthy() const;
   bool healthy() const;
 
@@ -109,6 +139,9 @@ class GroupTransport {
   GroupTransport(ShmSegment segment, int rank, int size);
   void on_peer_death(pid_t pid);
   std::string failure_message() const;
+  // Throws the group's failure with `context` (what this rank waited for) appended: a
+  // TimeoutError when it is a departure of a rank that timed out, else a RemoteError.
+  [[noreturn]] void throw_failure(const std::string& context) const;
   // The sleeping half of wait_until (after spinning): futex waits with deadline and checks.
   void sleep_until(bool (*ready)(void*), void* context, Clock::time_point deadline,
                    std::string (*describe)(void*), void* describe_context);
@@ -171,7 +204,12 @@ class GroupTransport {
   std::chrono::nanoseconds spin_budget_{0};
   std::chrono::nanoseconds yield_budget_{0};
 
+  // The rank (not this one) that departed at or before the current collective; -1 if none.
+  int departed_rank() const;
+  std::string departure_message(int rank) const;
+
   std::atomic<bool> peer_dead_{false};
+  std::atomic<uint64_t> current_sequence_{0};
   mutable std::mutex failure_mutex_;
   std::string peer_death_message_;
   std::function<void(const std::string&)> peer_death_listener_;  // guarded by failure_mutex_

@@ -20,6 +20,7 @@ namespace shmccl {
 namespace {
 
 using testing::require;
+using testing::seconds_since;
 using testing::str;
 
 std::vector<int32_t> values(int64_t count, int call) {
@@ -212,10 +213,6 @@ TEST(RunAheadTest, ARandomMixOfEarlyAndWaitingCollectivesStaysCorrect) {
     });
     EXPECT_TRUE(testing::all_ranks_succeeded(results)) << world << " ranks";
   }
-}
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 // The victim died of SIGKILL, every other rank succeeded, and nothing of the job is left.

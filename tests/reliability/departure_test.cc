@@ -1,0 +1,321 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// A rank that stays alive but will run no more collectives on a group (one of its collectives
+// failed, or it destroyed its side of the group) departs (RankSlot::departed_at): its peers'
+// next wait for it fails at once, naming it and why, instead of after the group's timeout. Each
+// test runs at 2, 3, 4 and 8 ranks with a 60 s timeout and bounds the peers' wait at 5 s; the
+// departed rank lives until every peer has its error, so no death notice can stand in for the
+// departure.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "collectives/fault_injection.h"
+#include "collectives/group_state.h"
+#include "core/config.h"
+#include "multiprocess.h"
+
+namespace shmccl {
+namespace {
+
+using testing::require;
+using testing::seconds_since;
+using testing::str;
+
+constexpr int64_t kTimeoutMs = 60000;
+constexpr double kBoundSeconds = 5.0;
+
+// What the ranks of one run share: pipes made before they fork, and the survivors' meeting.
+struct Shared {
+  const testing::TokenPipe reported;  // a survivor has its error
+  const testing::TokenPipe step;      // a case's own ordering
+  testing::SurvivorBarrier survivors;
+};
+
+// Runs `body` on every rank at 2, 3, 4 and 8 ranks, once it joined the group (with SHMCCL_FAULT
+// set to `fault(world)` when given) and passed a barrier (collective 1); `tensor` is 4 x
+// (rank + 1). Then every rank must have ended well and nothing may be left in /dev/shm.
+void run_at_every_size(
+    const std::function<void(const testing::RankContext&, Tensor&, Shared&)>& body,
+    const std::function<std::string(int world)>& fault = nullptr) {
+  for (int world : {2, 3, 4, 8}) {
+    SCOPED_TRACE(str(world, " ranks"));
+    Shared shared;
+    testing::RunOptions options;
+    auto results = testing::run_ranks(
+        world,
+        [&](const testing::RankContext& ctx) {
+          if (fault) {
+            setenv("SHMCCL_FAULT", fault(ctx.world).c_str(), 1);
+            config::reload();
+          }
+          npu::set_device(ctx.rank % 8);
+          ctx.init(kTimeoutMs);
+          barrier();
+          Tensor tensor = full({4}, ctx.rank + 1, kInt32).npu();
+          body(ctx, tensor, shared);
+        },
+        options);
+    for (const auto& result : results) {
+      EXPECT_TRUE(result.exit_code == 0 && result.signal == 0)
+          << world << " ranks, rank " << result.rank << ": " << result.message;
+    }
+    EXPECT_TRUE(testing::no_segments_left(options.job_id)) << world << " ranks";
+  }
+}
+
+// The all-reduce of run_at_every_size's tensors is right.
+void require_sum(const Tensor& tensor, int world, const char* what) {
+  require(tensor.cpu().to_vector<int32_t>() == std::vector<int32_t>(4, world * (world + 1) / 2),
+          str("the all-reduce ", what, " is wrong"));
+}
+
+// Runs `call` (a collective the departed rank never joins) and requires an error within
+// kBoundSeconds whose text has every one of `expected`: a TimeoutError when the departed rank
+// timed out (`timeout`), else a RemoteError. The error is reported to the departed rank, and the
+// survivors leave together (a survivor's exit would be the news a slower one sees first).
+void expect_departure_named(const std::function<void()>& call,
+                            const std::vector<std::string>& expected,
+                            const testing::RankContext& ctx, Shared& shared, bool timeout = false) {
+  const auto start = std::chrono::steady_clock::now();
+  std::string text = "the collective returned without the departed rank";
+  double seconds = 0;
+  try {
+    call();
+  } catch (const Error& error) {
+    seconds = seconds_since(start);
+    text = error.what();
+    const bool timed_out = dynamic_cast<const TimeoutError*>(&error) != nullptr;
+    const bool remote = dynamic_cast<const RemoteError*>(&error) != nullptr;
+    if (timeout ? !timed_out : !remote) {
+      text = str(timeout ? "not a TimeoutError: " : "not a RemoteError: ", text);
+      seconds = 0;
+    }
+  }
+  shared.reported.post(1);
+  shared.survivors.arrive_and_wait(ctx.world - 1);
+  require(seconds > 0, text);
+  for (const std::string& part : expected)
+    require(text.find(part) != std::string::npos, str("no '", part, "' in: ", text));
+  require(seconds < kBoundSeconds, str("noticed after ", seconds, " s: ", text));
+}
+
+// The departed rank lives until every survivor has its error.
+void outlive_the_survivors(const testing::RankContext& ctx, const Shared& shared) {
+  require(shared.reported.wait(ctx.world - 1), "the others did not report");
+}
+
+// The last rank's all-reduce (collective 2) throws std::bad_alloc
+// (SHMCCL_FAULT=<point>:<rank>:bad_alloc:2) after it arrived (before_copy) or before it did
+// (before_arrival). It gets the bad_alloc itself, and "failed earlier" from its next call (a
+// non-shmccl exception fails the group too). The others: after an arrival, their all-reduce
+// completes (the data was all there) and their barrier names the rank; before one, their
+// all-reduce names it.
+void expect_local_failure_named(const char* point, bool victim_arrived) {
+  SCOPED_TRACE(str("bad_alloc at ", point));
+  run_at_every_size(
+      [&](const testing::RankContext& ctx, Tensor& tensor, Shared& shared) {
+        const int victim = ctx.world - 1;
+        if (ctx.rank == victim) {
+          try {
+            all_reduce(tensor);
+            throw testing::RequirementFailed("the injected bad_alloc did not come");
+          } catch (const std::bad_alloc&) {
+          }
+          try {
+            barrier();
+            throw testing::RequirementFailed("a failed group ran a barrier");
+          } catch (const Error& error) {
+            require(std::string(error.what()).find("failed earlier") != std::string::npos &&
+                        std::string(error.what()).find("std::bad_alloc") != std::string::npos,
+                    error.what());
+          }
+          outlive_the_survivors(ctx, shared);
+          return;
+        }
+        const std::vector<std::string> expected = {str("rank ", victim, " (pid "),
+                                                   "failed collective 2", "std::bad_alloc"};
+        if (victim_arrived) {
+          all_reduce(tensor);
+          require_sum(tensor, ctx.world, "the victim arrived at");
+          expect_departure_named([] { barrier(); }, expected, ctx, shared);
+        } else {
+          expect_departure_named([&] { all_reduce(tensor); }, expected, ctx, shared);
+        }
+      },
+      [point](int world) { return str(point, ":", world - 1, ":bad_alloc:2"); });
+}
+
+TEST(DepartureTest, ARankWhoseCallFailedAfterItArrivedIsNamedInItsPeersNextCall) {
+  expect_local_failure_named("before_copy", /*victim_arrived=*/true);
+}
+
+TEST(DepartureTest, ARankWhoseCallFailedBeforeItArrivedIsNamedInThatCall) {
+  expect_local_failure_named("before_arrival", /*victim_arrived=*/false);
+}
+
+// Rank 0's timeout is 300 ms; the last rank calls the all-reduce only once rank 0 has timed out
+// on it. The late rank and the ranks between (60 s timeouts) complete that all-reduce (everyone
+// arrived, the data is whole), and their next collective names rank 0's timeout at once, as a
+// TimeoutError (the failure it passes on is one).
+TEST(DepartureTest, ALateRankLearnsOfThePeerThatTimedOutInItsNextCall) {
+  run_at_every_size([](const testing::RankContext& ctx, Tensor& tensor, Shared& shared) {
+    const int late = ctx.world - 1;
+    if (ctx.rank == 0) {
+      default_group()->set_timeout(std::chrono::milliseconds(300));
+      try {
+        all_reduce(tensor);
+        throw testing::RequirementFailed("rank 0 went on without the late rank");
+      } catch (const TimeoutError& error) {
+        shared.step.post(1);
+        require(std::string(error.what()).find(str("ranks ", late, " have not called it")) !=
+                    std::string::npos,
+                error.what());
+      }
+      outlive_the_survivors(ctx, shared);
+      return;
+    }
+    if (ctx.rank == late) require(shared.step.wait(1), "rank 0 did not time out");
+    all_reduce(tensor);
+    require_sum(tensor, ctx.world, "rank 0 gave up on");
+    expect_departure_named(
+        [] { barrier(); },
+        {"rank 0 (pid ", "failed collective 2", "timed out in all_reduce (sequence 2"}, ctx, shared,
+        /*timeout=*/true);
+  });
+}
+
+// The last rank destroys its side of the group after two collectives and goes on living; the
+// others' third collective names it at once.
+TEST(DepartureTest, ARankThatDestroyedItsGroupIsNamedInItsPeersNextCall) {
+  run_at_every_size([](const testing::RankContext& ctx, Tensor& tensor, Shared& shared) {
+    const int leaver = ctx.world - 1;
+    all_reduce(tensor);
+    if (ctx.rank == leaver) {
+      destroy_process_group();
+      outlive_the_survivors(ctx, shared);
+      return;
+    }
+    expect_departure_named(
+        [&] { all_reduce(tensor); },
+        {str("rank ", leaver, " (pid "), "destroyed its side of the group after collective 2",
+         "takes no part in collective 3"},
+        ctx, shared);
+  });
+}
+
+// The last rank's 4 MiB all-reduce (256 chunks of work pool) throws std::bad_alloc after it ran
+// its first chunk and before it counted it done (SHMCCL_FAULT=mid_copy:<rank>:bad_alloc:2): no
+// one will finish that chunk. The others' all-reduce fails at once, naming the rank, instead of
+// waiting out the 60 s timeout. (If the others took every chunk before the victim claimed one,
+// which oversubscription allows, their all-reduce completes and their next collective names it;
+// the test requires the first case at some world size.)
+TEST(DepartureTest, ARankThatFailedHoldingPoolWorkIsNamedInThatCall) {
+  constexpr int64_t kElements = 1 << 20;
+  int worlds_with_work_abandoned = 0;
+  for (int world : {2, 3, 4, 8}) {
+    SCOPED_TRACE(str(world, " ranks"));
+    Shared shared;
+    testing::SharedInt claimed;  // 1: the victim held a chunk; 2: it claimed none
+    testing::RunOptions options;
+    auto results = testing::run_ranks(
+        world,
+        [&](const testing::RankContext& ctx) {
+          const int victim = ctx.world - 1;
+          setenv("SHMCCL_FAULT", str("mid_copy:", victim, ":bad_alloc:2").c_str(), 1);
+          setenv("SHMCCL_CHUNK_BYTES", "16384", 1);
+          config::reload();
+          npu::set_device(ctx.rank % 8);
+          ctx.init(kTimeoutMs);
+          barrier();
+          Tensor tensor = full({kElements}, ctx.rank + 1, kInt32).npu();
+          if (ctx.rank == victim) {
+            try {
+              all_reduce(tensor);
+              throw testing::RequirementFailed("the injected bad_alloc did not come");
+            } catch (const std::bad_alloc&) {
+            }
+            const transport::RankSlot& mine = default_group()->state().transport().slot(ctx.rank);
+            *claimed = mine.pool_claimed.load() == 2 ? 1 : 2;
+            shared.step.post(ctx.world - 1);
+            outlive_the_survivors(ctx, shared);
+            return;
+          }
+          const auto start = std::chrono::steady_clock::now();
+          std::string text;
+          double seconds = 0;
+          try {
+            all_reduce(tensor);
+          } catch (const RemoteError& error) {
+            seconds = seconds_since(start);
+            text = error.what();
+          }
+          require(shared.step.wait(1), "the victim did not report");
+          if (*claimed == 2) {
+            require(text.empty(), "the victim held no chunk, yet: " + text);
+            require(
+                tensor.cpu().to_vector<int32_t>()[kElements - 1] == ctx.world * (ctx.world + 1) / 2,
+                "the all-reduce without the victim's share is wrong");
+            expect_departure_named([] { barrier(); }, {"failed collective 2"}, ctx, shared);
+            return;
+          }
+          shared.reported.post(1);
+          shared.survivors.arrive_and_wait(ctx.world - 1);
+          require(!text.empty(), "the all-reduce returned without the victim's chunk");
+          for (const std::string& part :
+               {str("rank ", victim, " (pid "),
+                std::string("failed the call with chunks of its work unfinished"),
+                std::string("std::bad_alloc")}) {
+            require(text.find(part) != std::string::npos, str("no '", part, "' in: ", text));
+          }
+          require(seconds < kBoundSeconds, str("noticed after ", seconds, " s: ", text));
+        },
+        options);
+    for (const auto& result : results) {
+      EXPECT_TRUE(result.exit_code == 0 && result.signal == 0)
+          << world << " ranks, rank " << result.rank << ": " << result.message;
+    }
+    EXPECT_TRUE(testing::no_segments_left(options.job_id));
+    if (*claimed == 1) ++worlds_with_work_abandoned;
+    std::printf("[departure] %d ranks: the victim %s\n", world,
+                *claimed == 1 ? "held a chunk" : "claimed none");
+  }
+  EXPECT_GT(worlds_with_work_abandoned, 0);
+}
+
+// The same inside the host-tensor pipeline: the last rank's 1 MiB all-reduce of host tensors
+// throws std::bad_alloc after its first step (it staged one window of its data), so it never
+// consumes the rest, which every rank's last wait needs. The others' all-reduce names it at once.
+TEST(DepartureTest, ARankThatFailedInTheHostPipelineIsNamedInThatCall) {
+  run_at_every_size(
+      [](const testing::RankContext& ctx, Tensor&, Shared& shared) {
+        const int victim = ctx.world - 1;
+        Tensor host = full({1 << 18}, ctx.rank + 1, kInt32);
+        if (ctx.rank == victim) {
+          try {
+            all_reduce(host);
+            throw testing::RequirementFailed("the injected bad_alloc did not come");
+          } catch (const std::bad_alloc&) {
+          }
+          outlive_the_survivors(ctx, shared);
+          return;
+        }
+        expect_departure_named([&] { all_reduce(host); },
+                               {str("rank ", victim, " (pid "),
+                                "failed the call before it consumed every window of its host "
+                                "staging",
+                                "std::bad_alloc"},
+                               ctx, shared);
+      },
+      [](int world) { return str("mid_copy:", world - 1, ":bad_alloc:2"); });
+}
+
+}  // namespace
+}  // namespace shmccl
