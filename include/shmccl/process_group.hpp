@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "shmccl/reduce_op.hpp"
+#include "shmccl/store.hpp"
 #include "shmccl/tensor.hpp"
 #include "shmccl/work.hpp"
 
@@ -37,6 +38,10 @@ struct InitOptions {
   int world_size = -1;
   std::string job_id;
   std::chrono::milliseconds timeout{-1};
+  // The store the ranks meet through (torch hands its backends a c10d Store). Unset: the job's
+  // own store in /dev/shm, found by the job id. Set: every rank passes a store of the same job,
+  // and the job id is optional (the ranks then agree on their shared-memory names through it).
+  std::shared_ptr<Store> store;
 };
 
 void init_process_group(const InitOptions& options = {});

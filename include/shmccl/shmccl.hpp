@@ -11,6 +11,7 @@
 #include "shmccl/ops.hpp"
 #include "shmccl/process_group.hpp"
 #include "shmccl/reduce_op.hpp"
+#include "shmccl/store.hpp"
 #include "shmccl/tensor.hpp"
 #include "shmccl/version.hpp"
 #include "shmccl/work.hpp"

@@ -46,10 +46,13 @@ void init_process_group(const InitOptions& options) {
   SHMCCL_CHECK_ARG(state.default_group == nullptr,
                    "init_process_group: the default process group is already initialized; call "
                    "destroy_process_group() first");
-  collectives::JobInfo job = collectives::resolve_job(options);
-  log::set_rank(job.rank);
+  collectives::JobInfo resolved = collectives::resolve_job(options);
+  log::set_rank(resolved.rank);
   collectives::fault::configure();
-  auto rendezvous = std::make_unique<collectives::Rendezvous>(job);
+  auto rendezvous = std::make_unique<collectives::Rendezvous>(std::move(resolved));
+  // The rendezvous completes the job's names (with a plugged-in store, the namespace comes
+  // from rank 0 through it).
+  const collectives::JobInfo job = rendezvous->job();
   std::vector<int> everyone(static_cast<size_t>(job.world_size));
   for (int r = 0; r < job.world_size; ++r)
     everyone[static_cast<size_t>(r)] = r;

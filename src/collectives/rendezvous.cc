@@ -79,7 +79,7 @@ JobInfo resolve_job(const InitOptions& options) {
   } else if (env("PMI_RANK") || env("OMPI_COMM_WORLD_RANK")) {
     // MPI launchers start a host's ranks from one proxy process: its pid identifies the job.
     job.job_id = "mpi-" + std::to_string(getppid());
-  } else {
+  } else if (options.store == nullptr) {
     throw InvalidArgument(
         "init_process_group: no job id: pass InitOptions::job_id or set SHMCCL_JOB_ID (or "
         "MASTER_ADDR and MASTER_PORT), the same on every rank; shmrun sets it");
@@ -87,9 +87,10 @@ JobInfo resolve_job(const InitOptions& options) {
   if (const char* ns = env("SHMCCL_NAMESPACE")) {
     job.ns = transport::sanitize_name_component(ns);
     job.launcher_owns_namespace = env("SHMCCL_LOCK_FD") != nullptr;
-  } else {
+  } else if (!job.job_id.empty()) {
     job.ns = "j" + transport::sanitize_name_component(job.job_id);
-  }
+  }  // else the ranks agree on one through the plugged-in store
+  job.store = options.store;
   if (options.timeout.count() >= 0) {
     job.timeout = options.timeout;
   } else {
@@ -100,32 +101,67 @@ JobInfo resolve_job(const InitOptions& options) {
 }
 
 Rendezvous::Rendezvous(JobInfo job) : job_(std::move(job)) {
-  if (!job_.launcher_owns_namespace) {
-    // The job's lock: held shared by every live process of the job, so `shmrun --cleanup` can
-    // tell a live namespace from a stale one.
-    const std::string path = "/dev/shm/shmccl." + job_.ns + ".lock";
-    lock_fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (lock_fd_ >= 0) {
-      created_lock_ = true;
-      ::flock(lock_fd_, LOCK_SH);
-    }
-  }
   try {
-    store_ = transport::ShmStore::open_or_create(job_.ns, job_.timeout);
+    if (job_.store != nullptr) {
+      store_ = job_.store;
+      prefix_ = "g" + std::to_string(++g_generation) + "/";
+      claim_rank();
+      if (job_.ns.empty()) agree_on_namespace();
+      open_lock();
+    } else {
+      open_lock();
+      store_ = transport::ShmStore::open_or_create(job_.ns, job_.timeout);
+      prefix_ = "g" + std::to_string(++g_generation) + "/";
+      claim_rank();
+    }
   } catch (...) {
-    // No store (a full /dev/shm...): nothing of this rank may stay behind.
-    if (created_lock_) unlink_lock();
-    if (lock_fd_ >= 0) ::close(lock_fd_);
+    // A rank that cannot join leaves nothing behind (a full /dev/shm, a rank taken twice...).
+    if (lock_fd_ >= 0) {
+      if (store_ == nullptr && created_lock_) unlink_lock();
+      ::close(lock_fd_);
+    }
     throw;
   }
-  prefix_ = "g" + std::to_string(++g_generation) + "/";
+}
+
+void Rendezvous::open_lock() {
+  if (job_.launcher_owns_namespace) return;
+  const std::string path = "/dev/shm/shmccl." + job_.ns + ".lock";
+  lock_fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock_fd_ >= 0) {
+    created_lock_ = true;
+    ::flock(lock_fd_, LOCK_SH);
+  }
+}
+
+void Rendezvous::claim_rank() {
   const int64_t claims = store_->add(prefix_ + "rank/" + std::to_string(job_.rank), 1);
   if (claims != 1) {
     throw InvalidArgument(detail::concat("init_process_group: rank ", job_.rank, " of job '",
-                                         job_.job_id,
+                                         job_.job_id.empty() ? "(given store)" : job_.job_id,
                                          "' is already taken by another process: give each "
                                          "process its own RANK"));
   }
+}
+
+void Rendezvous::agree_on_namespace() {
+  const std::string key = prefix_ + "namespace";
+  if (job_.rank == 0) {
+    job_.ns = "s" + transport::random_token();
+    store_->set(key, job_.ns);
+  } else {
+    try {
+      store_->wait({key}, job_.timeout);
+    } catch (const TimeoutError&) {
+      throw TimeoutError(detail::concat(
+          "init: timed out after ", job_.timeout.count(),
+          " ms waiting for ranks 0 to join the group (ranks that meet through a given store take "
+          "the job's shared-memory names from rank 0)"));
+    }
+    // Another program's store: whatever it holds must make a valid name.
+    job_.ns = transport::sanitize_name_component(store_->get(key));
+  }
+  job_.job_id = "store-" + job_.ns;  // what messages call the job
 }
 
 Rendezvous::~Rendezvous() {

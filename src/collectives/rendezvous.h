@@ -1,8 +1,9 @@
 // Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
 //
 // How the ranks of a job find each other: the job's identity from options or the environment
-// (shmrun, torchrun's env://, Open MPI, MPICH), a key-value store in shared memory named after
-// the job, and the creation of each group's control block through it.
+// (shmrun, torchrun's env://, Open MPI, MPICH), a key-value store (the job's own in shared memory,
+// named after the job, or one the caller plugs in), and the creation of each group's control
+// block through it.
 #pragma once
 
 #include <chrono>
@@ -20,9 +21,10 @@ struct JobInfo {
   int rank = -1;
   int world_size = -1;
   std::string job_id;
-  std::string ns;  // shared-memory namespace: /dev/shm/shmccl.<ns>.*
+  std::string ns;  // shared-memory namespace: /dev/shm/shmccl.<ns>.*; empty: rank 0 draws it
   std::chrono::milliseconds timeout{0};
-  bool launcher_owns_namespace = false;  // shmrun created the namespace and removes it
+  bool launcher_owns_namespace = false;     // shmrun created the namespace and removes it
+  std::shared_ptr<transport::Store> store;  // InitOptions::store; null: the job's ShmStore
 };
 
 // Fills unset options from the environment. InvalidArgument names what is missing or bad.
@@ -51,10 +53,17 @@ class Rendezvous {
   void abandon();
 
  private:
+  // The job's lock: held shared by every live process of the job, so `shmrun --cleanup` can tell
+  // a live namespace from a stale one.
+  void open_lock();
   void unlink_lock();  // removes the lock's name if it still names our lock file
+  // Claims this rank's key in the store: a second process with the same rank is an error.
+  void claim_rank();
+  // With a plugged-in store and no job id: rank 0 draws the namespace, the others read it.
+  void agree_on_namespace();
 
   JobInfo job_;
-  std::unique_ptr<transport::Store> store_;
+  std::shared_ptr<transport::Store> store_;
   int lock_fd_ = -1;
   bool created_lock_ = false;
   std::string prefix_;             // "g<generation>/": keys of this init within the job's store
