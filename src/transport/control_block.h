@@ -58,7 +58,7 @@ inline constexpr int kCallRing = 32;
 inline constexpr size_t kSmallInlineBytes = 2 * 1024;
 inline constexpr int kInlineRing = 8;
 inline constexpr uint64_t kControlMagic = 0x73686d63636c4342ull;  // "shmcclCB"
-inline constexpr uint32_t kControlVersion = 10;
+inline constexpr uint32_t kControlVersion = 11;
 
 // The slot entry of collective `sequence`, and its inline area.
 inline constexpr int ring_entry(uint64_t sequence) {
@@ -125,6 +125,7 @@ inline constexpr uint8_t kHostOutput = 2;
 
 inline constexpr size_t kArrivalPayloadBytes = 48;
 inline constexpr size_t kFailureTextBytes = 232;
+inline constexpr size_t kCpuMaskWords = 16;  // 1024 CPUs, as a cpu_set_t
 
 // A call's fingerprint: the hash of the fields same-call checks compare in the upper 48 bits, the
 // low 16 bits of its sequence number below. A rank checking an earlier call's fingerprints reads
@@ -195,10 +196,14 @@ struct alignas(kCacheLine) RankSlot {
   std::atomic<uint32_t> departure_order;
   uint32_t reserved;
   char failure[kFailureTextBytes];
+  // The CPUs this rank may run on (its affinity mask, as a cpu_set_t), written before it
+  // attaches: whether the group's ranks outnumber the cores they share is read off the union of
+  // every rank's (a launcher that binds each rank to a core of its own oversubscribes nothing).
+  uint64_t cpus[kCpuMaskWords];
 };
 static_assert(sizeof(RankSlot) % kCacheLine == 0);
 static_assert(offsetof(RankSlot, descriptors) == (kCallRing + 1) * kCacheLine);
-static_assert(sizeof(RankSlot) == 318528);  // a layout change is a kControlVersion change
+static_assert(sizeof(RankSlot) == 318656);  // a layout change is a kControlVersion change
 static_assert(offsetof(OpDescriptor, staging_window) % 8 == 0 && sizeof(OpDescriptor) == 3736);
 
 // RankSlot::attached: 0 until the rank maps the segment, then kAttached; kDetached once it has

@@ -18,10 +18,22 @@
 namespace shmccl::transport {
 namespace {
 
-int online_cpus() {
+static_assert(sizeof(cpu_set_t) == kCpuMaskWords * sizeof(uint64_t));
+
+// The CPUs this process may run on: its affinity mask, or every online CPU when it cannot be read.
+cpu_set_t usable_cpus() {
   cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
-  return static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) {
+    CPU_ZERO(&set);
+    const long online = sysconf(_SC_NPROCESSORS_ONLN);
+    for (long cpu = 0; cpu < online && cpu < CPU_SETSIZE; ++cpu)
+      CPU_SET(static_cast<int>(cpu), &set);
+  }
+  return set;
+}
+
+void store_cpus(RankSlot& slot, const cpu_set_t& set) {
+  std::memcpy(slot.cpus, &set, sizeof(set));
 }
 
 // Peer arenas mapped into this process, by (pid, token). Kept for the process's lifetime: a
@@ -44,8 +56,16 @@ GroupTransport::GroupTransport(ShmSegment segment, int rank, int size)
       slots_(rank_slots(header_)),
       rank_(rank),
       size_(size),
-      peer_pids_(static_cast<size_t>(size), 0),
-      oversubscribed_(size > online_cpus()) {
+      peer_pids_(static_cast<size_t>(size), 0) {
+  // Until every rank attached, this rank's own CPUs are all it knows of the group's.
+  const cpu_set_t mine = usable_cpus();
+  set_oversubscribed(size > CPU_COUNT(&mine));
+}
+
+void GroupTransport::set_oversubscribed(bool oversubscribed) {
+  oversubscribed_ = oversubscribed;
+  spin_budget_ = std::chrono::nanoseconds(0);
+  yield_budget_ = std::chrono::nanoseconds(0);
   if (!oversubscribed_) {
     spin_budget_ = std::chrono::nanoseconds(
         static_cast<int64_t>(config::get_seconds("SHMCCL_SPIN_TIME") * 1e9));
@@ -71,7 +91,7 @@ std::unique_ptr<GroupTransport> GroupTransport::create(const std::string& name, 
   std::unique_ptr<GroupTransport> transport(new GroupTransport(std::move(segment), rank, size));
   RankSlot& mine = transport->slot(rank);
   mine.pid.store(getpid(), std::memory_order_relaxed);
-  mine.awaits_release.store(transport->awaits_release() ? 1 : 0, std::memory_order_relaxed);
+  store_cpus(mine, usable_cpus());
   mine.attached.store(kAttached, std::memory_order_relaxed);
   transport->header_->attached_count.fetch_add(1, std::memory_order_seq_cst);
   return transport;
@@ -92,7 +112,7 @@ std::unique_ptr<GroupTransport> GroupTransport::open(const std::string& name, in
                    " of control block ", name, " is already taken by pid ",
                    mine.pid.load(std::memory_order_relaxed), ": two processes use the same rank");
   mine.pid.store(getpid(), std::memory_order_relaxed);
-  mine.awaits_release.store(transport->awaits_release() ? 1 : 0, std::memory_order_relaxed);
+  store_cpus(mine, usable_cpus());
   mine.attached.store(kAttached, std::memory_order_seq_cst);
   transport->header_->attached_count.fetch_add(1, std::memory_order_seq_cst);
   transport->notify();
@@ -169,6 +189,18 @@ void GroupTransport::wait_for_all_attached(Clock::time_point deadline) {
     }
     peer_pids_[static_cast<size_t>(r)] = pid;
   }
+  // The ranks outnumber the cores they may run on, all ranks' CPUs together: two ranks bound to
+  // two cores do not, two ranks pinned to one core do. Every rank reads the same masks, so all
+  // decide alike; the barrier's ranks read awaits_release only at a barrier, after this store.
+  cpu_set_t group_cpus;
+  CPU_ZERO(&group_cpus);
+  for (int r = 0; r < size_; ++r) {
+    cpu_set_t rank_cpus;
+    std::memcpy(&rank_cpus, slots_[r].cpus, sizeof(rank_cpus));
+    CPU_OR(&group_cpus, &group_cpus, &rank_cpus);
+  }
+  if (CPU_COUNT(&group_cpus) > 0) set_oversubscribed(size_ > CPU_COUNT(&group_cpus));
+  slots_[rank_].awaits_release.store(awaits_release() ? 1 : 0, std::memory_order_relaxed);
   // Only now watch: a callback (on the monitor thread) reads peer_pids_, which must be complete
   // and no longer written; watch() publishes it to that thread.
   for (int r = 0; r < size_; ++r) {

@@ -50,13 +50,14 @@ class GroupTransport {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
-  // More ranks than this process may run on cores: waits yield and sleep instead of spinning.
+  // More ranks than the cores they may run on (the union of the ranks' affinity masks, known
+  // once every rank attached): waits yield and sleep instead of spinning.
   bool oversubscribed() const { return oversubscribed_; }
 
   // Barrier release (control_block.h): when ranks outnumber cores, a barrier's other ranks wait
   // for rank 0 to have seen every arrival, so that rank 0 leaves first. `awaits_release()`: this
-  // rank waits for it (it runs oversubscribed; each rank decides alone and says so in its slot
-  // as it attaches). Rank 0 calls release_barrier() once every rank arrived at barrier
+  // rank waits for it (the group runs oversubscribed; each rank says so in its slot once every
+  // rank attached). Rank 0 calls release_barrier() once every rank arrived at barrier
   // `sequence`; it stores and wakes only when some rank waits. barrier_released(): rank 0 did.
   bool awaits_release() const { return rank_ != 0 && oversubscribed_; }
   void release_barrier(uint64_t sequence);
@@ -137,6 +138,8 @@ class GroupTransport {
 
  private:
   GroupTransport(ShmSegment segment, int rank, int size);
+  // Sets oversubscribed_ and the waits' spin and yield budgets that follow from it.
+  void set_oversubscribed(bool oversubscribed);
   void on_peer_death(pid_t pid);
   std::string failure_message() const;
   // Throws the group's failure with `context` (what this rank waited for) appended: a

@@ -1,0 +1,102 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// Whether a group runs oversubscribed (its waits yield and sleep instead of spinning, and its
+// barriers let rank 0 out first) is read off the union of its ranks' affinity masks: ranks that a
+// launcher binds to a core each are not oversubscribed, ranks pinned to one core are, and so are
+// more ranks than the cores they share. Every rank must reach the same verdict.
+#include <gtest/gtest.h>
+#include <sched.h>
+
+#include <functional>
+#include <vector>
+
+#include "collectives/group_state.h"
+#include "multiprocess.h"
+
+namespace shmccl {
+namespace {
+
+using testing::require;
+using testing::str;
+
+// The CPUs this test process may use, in order.
+std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  }
+  return cpus;
+}
+
+void bind_to(int cpu) {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  require(sched_setaffinity(0, sizeof(one), &one) == 0, "sched_setaffinity");
+}
+
+// Runs `world` ranks, each bound by `bind(rank)` (or left alone when it is null) before init, and
+// checks that every rank's group reads `expected` and that collectives run (a barrier, whose
+// release depends on the verdict, and an all-reduce).
+void expect_verdict(int world, const std::function<void(int rank)>& bind, bool expected) {
+  auto results = testing::run_ranks(world, [&](const testing::RankContext& ctx) {
+    if (bind) bind(ctx.rank);
+    npu::set_device(ctx.rank % 8);
+    ctx.init();
+    const transport::GroupTransport& transport = default_group()->state().transport();
+    require(transport.oversubscribed() == expected,
+            str("rank ", ctx.rank, " reads oversubscribed = ", transport.oversubscribed()));
+    require(transport.awaits_release() == (expected && ctx.rank != 0),
+            str("rank ", ctx.rank, " awaits the barrier release: ", transport.awaits_release()));
+    for (int i = 0; i < 20; ++i) {
+      barrier();
+      Tensor t = ones({8}, kInt32).npu();
+      all_reduce(t);
+      require(t.cpu().to_vector<int32_t>() == std::vector<int32_t>(8, ctx.world), "all_reduce");
+    }
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+}
+
+TEST(Oversubscription, RanksBoundToACoreEachAreNot) {
+  const std::vector<int> cpus = allowed_cpus();
+  if (cpus.size() < 2) GTEST_SKIP() << "needs two CPUs";
+  for (int world = 2; world <= std::min<int>(8, static_cast<int>(cpus.size())); world *= 2) {
+    SCOPED_TRACE(str(world, " ranks"));
+    expect_verdict(
+        world, [&](int rank) { bind_to(cpus[static_cast<size_t>(rank)]); }, false);
+  }
+}
+
+TEST(Oversubscription, RanksPinnedToOneCoreAre) {
+  const std::vector<int> cpus = allowed_cpus();
+  ASSERT_FALSE(cpus.empty());
+  for (int world : {2, 3, 4, 8}) {
+    SCOPED_TRACE(str(world, " ranks"));
+    expect_verdict(
+        world, [&](int) { bind_to(cpus[0]); }, true);
+  }
+}
+
+TEST(Oversubscription, MoreRanksThanTheirCoresAre) {
+  const std::vector<int> cpus = allowed_cpus();
+  ASSERT_FALSE(cpus.empty());
+  const int world = static_cast<int>(cpus.size()) * 2;
+  if (world > 64) GTEST_SKIP() << "too many CPUs for a test of 2 ranks a core";
+  // Bound round-robin, two ranks a core: what a launcher binding more ranks than cores does.
+  expect_verdict(
+      world, [&](int rank) { bind_to(cpus[static_cast<size_t>(rank) % cpus.size()]); }, true);
+  // Unbound, the same count: the scheduler shares the cores out.
+  expect_verdict(world, nullptr, true);
+}
+
+TEST(Oversubscription, UnboundRanksNoMoreThanCoresAreNot) {
+  const std::vector<int> cpus = allowed_cpus();
+  if (cpus.size() < 2) GTEST_SKIP() << "needs two CPUs";
+  expect_verdict(2, nullptr, false);
+}
+
+}  // namespace
+}  // namespace shmccl
