@@ -69,8 +69,9 @@ inline int fork_ranks(std::vector<pid_t>& children) {
   return rank;
 }
 
-// SHMCCL_BENCH_PIN=1 pins rank r to core r % cores (as mpirun binds). Off by default: on this
-// 2-vCPU VM pinned ranks showed 30x worse tail latency (p99 10-25 us vs 0.4 us).
+// SHMCCL_BENCH_PIN=1 pins rank r to core r % cores (as mpirun binds). Off by default, as it has
+// been since pinned ranks showed 30x worse tail latency on this 2-vCPU VM (each then judged the
+// group oversubscribed from its own one-CPU mask, fixed since: docs/performance.md).
 inline void maybe_pin(int rank) {
   if (std::getenv("SHMCCL_BENCH_PIN") == nullptr) return;
   cpu_set_t allowed;
