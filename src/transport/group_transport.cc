@@ -32,10 +32,6 @@ cpu_set_t usable_cpus() {
   return set;
 }
 
-void store_cpus(RankSlot& slot, const cpu_set_t& set) {
-  std::memcpy(slot.cpus, &set, sizeof(set));
-}
-
 // Peer arenas mapped into this process, by (pid, token). Kept for the process's lifetime: a
 // mapping stays valid after its owner exits (we hold our own fd), so late readers never fault.
 struct ArenaMappings {
@@ -56,10 +52,10 @@ GroupTransport::GroupTransport(ShmSegment segment, int rank, int size)
       slots_(rank_slots(header_)),
       rank_(rank),
       size_(size),
-      peer_pids_(static_cast<size_t>(size), 0) {
+      peer_pids_(static_cast<size_t>(size), 0),
+      own_cpus_(usable_cpus()) {
   // Until every rank attached, this rank's own CPUs are all it knows of the group's.
-  const cpu_set_t mine = usable_cpus();
-  set_oversubscribed(size > CPU_COUNT(&mine));
+  set_oversubscribed(size > CPU_COUNT(&own_cpus_));
 }
 
 void GroupTransport::set_oversubscribed(bool oversubscribed) {
@@ -91,7 +87,7 @@ std::unique_ptr<GroupTransport> GroupTransport::create(const std::string& name, 
   std::unique_ptr<GroupTransport> transport(new GroupTransport(std::move(segment), rank, size));
   RankSlot& mine = transport->slot(rank);
   mine.pid.store(getpid(), std::memory_order_relaxed);
-  store_cpus(mine, usable_cpus());
+  std::memcpy(mine.cpus, &transport->own_cpus_, sizeof(mine.cpus));
   mine.attached.store(kAttached, std::memory_order_relaxed);
   transport->header_->attached_count.fetch_add(1, std::memory_order_seq_cst);
   return transport;
@@ -112,7 +108,7 @@ std::unique_ptr<GroupTransport> GroupTransport::open(const std::string& name, in
                    " of control block ", name, " is already taken by pid ",
                    mine.pid.load(std::memory_order_relaxed), ": two processes use the same rank");
   mine.pid.store(getpid(), std::memory_order_relaxed);
-  store_cpus(mine, usable_cpus());
+  std::memcpy(mine.cpus, &transport->own_cpus_, sizeof(mine.cpus));
   mine.attached.store(kAttached, std::memory_order_seq_cst);
   transport->header_->attached_count.fetch_add(1, std::memory_order_seq_cst);
   transport->notify();

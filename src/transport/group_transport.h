@@ -100,8 +100,6 @@ class GroupTransport {
   // collective, or destroys its side of the group): the peers' waits in those fail at once,
   // naming it (RankSlot::departed_at). The first call counts; later ones change nothing.
   void depart(uint64_t first_missed);
-  // The collective this rank runs now: waits fail when a rank they may wait for departed
-  // before it (set by the executing thread before each collective).
   // Of the other ranks that departed and satisfy `pick(slot)`, the one that departed first;
   // -1 when none did (cheap while nobody departed).
   template <typename Pick>
@@ -122,6 +120,8 @@ class GroupTransport {
     }
     return first;
   }
+  // The collective this rank runs now: waits fail when a rank they may wait for departed
+  // before it (set by the executing thread before each collective).
   void set_current_sequence(uint64_t sequence) {
     current_sequence_.store(sequence, std::memory_order_relaxed);
   }
@@ -197,6 +197,7 @@ class GroupTransport {
   std::vector<pid_t> peer_pids_;
   std::vector<PeerMonitor::WatchId> watches_;
   bool oversubscribed_ = false;
+  cpu_set_t own_cpus_;  // this process's affinity mask, published in its slot as it attaches
   // Whether another rank waits for barrier releases: read once every rank arrived at a barrier
   // (each wrote its flag before it attached), then kept. -1: not read yet.
   std::atomic<int8_t> others_await_release_{-1};
