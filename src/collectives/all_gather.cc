@@ -28,6 +28,10 @@ void stage_inline(const OpPlan& plan, int rank, unsigned char* payload) {
   kernels::copy_small(payload, plan.input().data_ptr(), bytes);
 }
 
+PayloadRange inline_reads(const OpPlan& plan, int /*reader*/, int writer) {
+  return {0, rank_bytes(plan, writer)};
+}
+
 // Where rank j's rows land in this rank's output.
 char* local_destination(const ExecContext& context, int source) {
   const OpPlan& plan = context.plan;
@@ -85,7 +89,7 @@ void run_chunk(const ExecContext& context, uint64_t chunk) {
 
 }  // namespace
 
-const Algorithm kAllGatherAlgorithm{inline_bytes, stage_inline, finish_inline, count_chunks,
-                                    run_chunk};
+const Algorithm kAllGatherAlgorithm{inline_bytes,  stage_inline, inline_reads,
+                                    finish_inline, count_chunks, run_chunk};
 
 }  // namespace shmccl::collectives

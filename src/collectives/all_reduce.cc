@@ -20,6 +20,10 @@ void stage_inline(const OpPlan& plan, int /*rank*/, unsigned char* payload) {
     kernels::copy_small(payload, plan.input().data_ptr(), plan.input().nbytes());
 }
 
+PayloadRange inline_reads(const OpPlan& plan, int /*reader*/, int /*writer*/) {
+  return {0, plan.input().nbytes()};
+}
+
 void finish_inline(const ExecContext& context) {
   const OpPlan& plan = context.plan;
   if (plan.input().numel() == 0) return;
@@ -50,7 +54,7 @@ void run_chunk(const ExecContext& context, uint64_t chunk) {
 
 }  // namespace
 
-const Algorithm kAllReduceAlgorithm{inline_bytes, stage_inline, finish_inline, count_chunks,
-                                    run_chunk};
+const Algorithm kAllReduceAlgorithm{inline_bytes,  stage_inline, inline_reads,
+                                    finish_inline, count_chunks, run_chunk};
 
 }  // namespace shmccl::collectives

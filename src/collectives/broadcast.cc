@@ -20,6 +20,12 @@ void stage_inline(const OpPlan& plan, int rank, unsigned char* payload) {
   }
 }
 
+// Receivers read the root's payload; nobody reads the others'.
+PayloadRange inline_reads(const OpPlan& plan, int reader, int writer) {
+  if (reader == plan.root || writer != plan.root) return {};
+  return {0, plan.input().nbytes()};
+}
+
 void finish_inline(const ExecContext& context) {
   const OpPlan& plan = context.plan;
   if (context.rank != plan.root && plan.input().nbytes() > 0) {
@@ -47,6 +53,9 @@ uint64_t barrier_inline_bytes(const OpPlan&, int) {
   return 0;
 }
 void barrier_stage_inline(const OpPlan&, int, unsigned char*) {}
+PayloadRange barrier_inline_reads(const OpPlan&, int, int) {
+  return {};
+}
 void barrier_finish_inline(const ExecContext&) {}
 uint64_t barrier_count_chunks(const ExecContext&) {
   return 0;
@@ -55,9 +64,9 @@ void barrier_run_chunk(const ExecContext&, uint64_t) {}
 
 }  // namespace
 
-const Algorithm kBroadcastAlgorithm{inline_bytes, stage_inline, finish_inline, count_chunks,
-                                    run_chunk};
-const Algorithm kBarrierAlgorithm{barrier_inline_bytes, barrier_stage_inline, barrier_finish_inline,
-                                  barrier_count_chunks, barrier_run_chunk};
+const Algorithm kBroadcastAlgorithm{inline_bytes,  stage_inline, inline_reads,
+                                    finish_inline, count_chunks, run_chunk};
+const Algorithm kBarrierAlgorithm{barrier_inline_bytes,  barrier_stage_inline, barrier_inline_reads,
+                                  barrier_finish_inline, barrier_count_chunks, barrier_run_chunk};
 
 }  // namespace shmccl::collectives

@@ -136,6 +136,12 @@ struct ExecContext {
   void copy(void* to, const void* from, uint64_t bytes) const;
 };
 
+// Bytes [offset, offset + bytes) of a rank's inline payload.
+struct PayloadRange {
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+};
+
 // One row of the algorithm table: how an op kind runs through slots (small) or through the
 // work pool over peers' arenas (zero-copy).
 struct Algorithm {
@@ -143,6 +149,8 @@ struct Algorithm {
   uint64_t (*inline_bytes)(const OpPlan& plan, int size);
   // Copies this rank's contribution into its slot's inline area.
   void (*stage_inline)(const OpPlan& plan, int rank, unsigned char* payload);
+  // The part of rank `writer`'s inline payload that rank `reader` reads.
+  PayloadRange (*inline_reads)(const OpPlan& plan, int reader, int writer);
   // Computes this rank's output from every rank's inline area.
   void (*finish_inline)(const ExecContext& context);
   // Number of chunks of the work pool (same on every rank).

@@ -25,6 +25,13 @@ void stage_inline(const OpPlan& plan, int /*rank*/, unsigned char* payload) {
     kernels::copy_small(payload, plan.input().data_ptr(), plan.input().nbytes());
 }
 
+// Every rank's input rows for the reader.
+PayloadRange inline_reads(const OpPlan& plan, int reader, int /*writer*/) {
+  const int64_t row_bytes = plan.row_bytes();
+  return {static_cast<uint64_t>(plan.rows_before(reader) * row_bytes),
+          static_cast<uint64_t>(plan.splits[static_cast<size_t>(reader)] * row_bytes)};
+}
+
 void finish_inline(const ExecContext& context) {
   const OpPlan& plan = context.plan;
   const size_t count =
@@ -67,7 +74,7 @@ void run_chunk(const ExecContext& context, uint64_t chunk) {
 
 }  // namespace
 
-const Algorithm kReduceScatterAlgorithm{inline_bytes, stage_inline, finish_inline, count_chunks,
-                                        run_chunk};
+const Algorithm kReduceScatterAlgorithm{inline_bytes,  stage_inline, inline_reads,
+                                        finish_inline, count_chunks, run_chunk};
 
 }  // namespace shmccl::collectives
