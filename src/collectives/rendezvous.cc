@@ -169,8 +169,8 @@ Rendezvous::~Rendezvous() {
 }
 
 std::unique_ptr<transport::GroupTransport> Rendezvous::connect_group(
-    const std::string& key, const std::vector<int>& global_ranks,
-    std::chrono::milliseconds timeout) {
+    const std::string& key, const std::vector<int>& global_ranks, std::chrono::milliseconds timeout,
+    bool job_oversubscribed) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   const auto position = std::find(global_ranks.begin(), global_ranks.end(), job_.rank);
   SHMCCL_CHECK(position != global_ranks.end(), "rank ", job_.rank, " is not in group ", key);
@@ -215,7 +215,7 @@ std::unique_ptr<transport::GroupTransport> Rendezvous::connect_group(
     transport = transport::GroupTransport::open(name, group_rank, group_size);
   }
   fault::point(fault::Point::kRendezvous, job_.rank, ++groups_connected_);
-  transport->wait_for_all_attached(deadline);
+  transport->wait_for_all_attached(deadline, job_oversubscribed);
   return transport;
 }
 

@@ -41,10 +41,12 @@ class Rendezvous {
 
   const JobInfo& job() const { return job_; }
   // Creates the control block of a group (its first rank) or attaches to it (the others) and
-  // waits for every member. `key` names the group within the job (same on every member).
+  // waits for every member. `key` names the group within the job (same on every member);
+  // `job_oversubscribed`: the default group's verdict, which a sub-group takes over.
   std::unique_ptr<transport::GroupTransport> connect_group(const std::string& key,
                                                            const std::vector<int>& global_ranks,
-                                                           std::chrono::milliseconds timeout);
+                                                           std::chrono::milliseconds timeout,
+                                                           bool job_oversubscribed = false);
   // After the default group is complete: removes the store's and the lock's names, so nothing
   // of the job is left in /dev/shm whatever happens next (every member keeps its mapping).
   void world_complete();

@@ -159,7 +159,7 @@ std::string GroupTransport::departure_message(int rank) const {
                         " and takes no part in collective ", departed_at, " or later: ", failure);
 }
 
-void GroupTransport::wait_for_all_attached(Clock::time_point deadline) {
+void GroupTransport::wait_for_all_attached(Clock::time_point deadline, bool job_oversubscribed) {
   wait_until(
       [&] {
         return header_->attached_count.load(std::memory_order_acquire) >=
@@ -195,7 +195,11 @@ void GroupTransport::wait_for_all_attached(Clock::time_point deadline) {
     std::memcpy(&rank_cpus, slots_[r].cpus, sizeof(rank_cpus));
     CPU_OR(&group_cpus, &group_cpus, &rank_cpus);
   }
-  if (CPU_COUNT(&group_cpus) > 0) set_oversubscribed(size_ > CPU_COUNT(&group_cpus));
+  // A sub-group of a job whose ranks outnumber its cores is too (as Open MPI's yield-when-idle is
+  // a job's setting): the members of the job's other groups need the cores its waits would spin on.
+  const bool outnumbered =
+      CPU_COUNT(&group_cpus) > 0 ? size_ > CPU_COUNT(&group_cpus) : oversubscribed_;
+  set_oversubscribed(job_oversubscribed || outnumbered);
   slots_[rank_].awaits_release.store(awaits_release() ? 1 : 0, std::memory_order_relaxed);
   // Only now watch: a callback (on the monitor thread) reads peer_pids_, which must be complete
   // and no longer written; watch() publishes it to that thread.

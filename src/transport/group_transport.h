@@ -45,8 +45,10 @@ class GroupTransport {
   GroupTransport& operator=(const GroupTransport&) = delete;
 
   // Waits until every rank attached (else TimeoutError naming the missing ranks), removes the
-  // segment's name (nothing is left in /dev/shm from here on) and starts watching the peers.
-  void wait_for_all_attached(Clock::time_point deadline);
+  // segment's name (nothing is left in /dev/shm from here on), decides whether the group runs
+  // oversubscribed (so it does when `job_oversubscribed`: the job's other ranks share the cores)
+  // and starts watching the peers.
+  void wait_for_all_attached(Clock::time_point deadline, bool job_oversubscribed = false);
 
   int rank() const { return rank_; }
   int size() const { return size_; }

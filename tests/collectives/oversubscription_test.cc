@@ -98,5 +98,43 @@ TEST(Oversubscription, UnboundRanksNoMoreThanCoresAreNot) {
   expect_verdict(2, nullptr, false);
 }
 
+// A sub-group whose own ranks fit their cores still runs oversubscribed when the job's ranks
+// outnumber them: the job's other ranks need the cores its waits would spin on. A sub-group of a
+// job that fits stays fast.
+TEST(Oversubscription, SubGroupsTakeTheJobsVerdict) {
+  const std::vector<int> cpus = allowed_cpus();
+  if (cpus.size() < 2) GTEST_SKIP() << "needs two CPUs";
+  for (const int world : {2, 4, 8}) {
+    SCOPED_TRACE(str(world, " ranks on two cores"));
+    const bool expected = world > 2;
+    auto results = testing::run_ranks(world, [&](const testing::RankContext& ctx) {
+      bind_to(cpus[static_cast<size_t>(ctx.rank % 2)]);  // ranks 0 and 1 on different cores
+      npu::set_device(ctx.rank % 8);
+      ctx.init();
+      require(default_group()->state().transport().oversubscribed() == expected,
+              str("rank ", ctx.rank, ": the job reads oversubscribed = ", !expected));
+      ProcessGroupPtr pair = new_group({0, 1});
+      if (ctx.rank > 1) {
+        require(pair == nullptr, "a non-member got a group");
+        return;
+      }
+      const transport::GroupTransport& transport = pair->state().transport();
+      require(
+          transport.oversubscribed() == expected,
+          str("rank ", ctx.rank, ": the pair reads oversubscribed = ", transport.oversubscribed()));
+      require(transport.awaits_release() == (expected && ctx.rank != 0),
+              str("rank ", ctx.rank,
+                  " awaits the pair's barrier release: ", transport.awaits_release()));
+      for (int i = 0; i < 20; ++i) {
+        barrier(pair);
+        Tensor t = ones({8}, kInt32).npu();
+        all_reduce(t, ReduceOp::SUM, pair);
+        require(t.cpu().to_vector<int32_t>() == std::vector<int32_t>(8, 2), "all_reduce");
+      }
+    });
+    EXPECT_TRUE(testing::all_ranks_succeeded(results));
+  }
+}
+
 }  // namespace
 }  // namespace shmccl
