@@ -74,27 +74,18 @@ uint64_t inline_limit() {
 namespace {
 
 // Inline payloads up to this size are fetched while their arrivals are awaited (2 ranks: 128 B
-// all-reduce 0.180 -> 0.163 us; at 2 KiB the fetches slowed the writers: docs/performance.md).
+// all-reduce 0.176 -> 0.160 us; at 2 KiB the fetches slowed the writers: docs/performance.md).
 constexpr uint64_t kPrefetchedPayloadBytes = 512;
 
 // The lines of peers' inline payloads this rank will read, asked for (without waiting) while
-// their arrivals are awaited.
+// their arrivals are awaited. The arrays are filled at the first check and never zeroed (zeroing
+// them, as a std::optional of this did, cost 130 instructions a call: 0.131 -> 0.150 us at 8 B).
 class PayloadPrefetch {
  public:
-  PayloadPrefetch(const transport::GroupTransport& transport, const Algorithm& algorithm,
-                  const OpPlan& plan, uint64_t payload_bytes)
-      : size_(transport.size()) {
-    const int rank = transport.rank();
-    for (int r = 0; r < transport.size(); ++r) {
-      const PayloadRange range = r == rank ? PayloadRange{} : algorithm.inline_reads(plan, rank, r);
-      const unsigned char* area =
-          transport::inline_area(transport.slot(r), plan.sequence, payload_bytes) + range.offset;
-      first_[r] = reinterpret_cast<uintptr_t>(area) & ~uintptr_t{transport::kCacheLine - 1};
-      end_[r] = range.bytes == 0 ? first_[r] : reinterpret_cast<uintptr_t>(area + range.bytes);
-    }
-  }
-
-  void fetch_all() const {
+  void fetch_all(const transport::GroupTransport& transport, const Algorithm& algorithm,
+                 const OpPlan& plan, uint64_t payload_bytes) {
+    if (size_ == 0) [[unlikely]]
+      plan_lines(transport, algorithm, plan, payload_bytes);
     for (int r = 0; r < size_; ++r) {
       for (uintptr_t line = first_[r]; line < end_[r]; line += transport::kCacheLine) {
         __builtin_prefetch(reinterpret_cast<const void*>(line));
@@ -103,7 +94,20 @@ class PayloadPrefetch {
   }
 
  private:
-  int size_;
+  void plan_lines(const transport::GroupTransport& transport, const Algorithm& algorithm,
+                  const OpPlan& plan, uint64_t payload_bytes) {
+    const int rank = transport.rank();
+    for (int r = 0; r < transport.size(); ++r) {
+      const PayloadRange range = r == rank ? PayloadRange{} : algorithm.inline_reads(plan, rank, r);
+      const unsigned char* area =
+          transport::inline_area(transport.slot(r), plan.sequence, payload_bytes) + range.offset;
+      first_[r] = reinterpret_cast<uintptr_t>(area) & ~uintptr_t{transport::kCacheLine - 1};
+      end_[r] = range.bytes == 0 ? first_[r] : reinterpret_cast<uintptr_t>(area + range.bytes);
+    }
+    size_ = transport.size();
+  }
+
+  int size_ = 0;
   uintptr_t first_[transport::kMaxRanks];
   uintptr_t end_[transport::kMaxRanks];
 };
@@ -530,19 +534,6 @@ void run(detail::GroupState& state, const OpPlan& plan) {
     }
     return true;
   };
-  // A payload of a few lines in the inline areas costs one line transfer more than one in the
-  // arrival line, unless its lines are asked for while the arrival is awaited (its writer stores
-  // them first): they then travel alongside the arrival line instead of after it. (Broadcast
-  // receivers mostly find their root arrived: setting this up cost them more than it saved.)
-  const bool may_prefetch =
-      inline_payload && !in_arrival_line && payload_bytes <= kPrefetchedPayloadBytes;
-  std::optional<PayloadPrefetch> prefetch;
-  auto prefetch_payloads = [&] {
-    if (!may_prefetch) return;
-    if (!prefetch) [[unlikely]]
-      prefetch.emplace(transport, algorithm, plan, payload_bytes);
-    prefetch->fetch_all();
-  };
   // Most sleepers wait for everyone, so only the arrival that completes the set needs to wake
   // them (no thundering herd when ranks outnumber cores); a broadcast's receivers wait for the
   // root alone, so the root wakes them too. Two last arrivals racing: each store is fenced and
@@ -580,18 +571,27 @@ void run(detail::GroupState& state, const OpPlan& plan) {
   if (plan.kind == OpKind::kBarrier) [[unlikely]] {
     wait_in_barrier(state, plan);
   } else if (needs == Needs::kEveryone) {
-    // (Asked for before each check: in the check that sees the arrival, they travel with it.)
-    auto everyone_arrived_prefetching = [&] {
-      prefetch_payloads();
-      return everyone_arrived();
+    auto describe = [&] {
+      return detail::concat("in ", plan.name, " (sequence ", sequence, ", timeout ",
+                            state.timeout().count(), " ms): ranks ",
+                            transport::late_ranks(transport, sequence), " have not called it");
     };
-    transport.wait_until([&] { return everyone_arrived_prefetching() || or_mismatch(); }, timeout,
-                         [&] {
-                           return detail::concat(
-                               "in ", plan.name, " (sequence ", sequence, ", timeout ",
-                               state.timeout().count(), " ms): ranks ",
-                               transport::late_ranks(transport, sequence), " have not called it");
-                         });
+    // A payload of a few lines in the inline areas costs one line transfer more than one in the
+    // arrival line, unless its lines are asked for while the arrival is awaited (its writer
+    // stores them first): asked for before each check, they travel with the arrival line in the
+    // check that sees it. (Broadcast receivers, which wait for the root alone, mostly find it
+    // arrived: setting this up cost them more than it saved.)
+    if (inline_payload && !in_arrival_line && payload_bytes <= kPrefetchedPayloadBytes) {
+      PayloadPrefetch prefetch;
+      transport.wait_until(
+          [&] {
+            prefetch.fetch_all(transport, algorithm, plan, payload_bytes);
+            return everyone_arrived() || or_mismatch();
+          },
+          timeout, describe);
+    } else {
+      transport.wait_until([&] { return everyone_arrived() || or_mismatch(); }, timeout, describe);
+    }
     early.throw_if_mismatch(transport, sequence);
   }
   if (needs == Needs::kEveryone) early.all_arrived_at(transport, sequence);
