@@ -47,7 +47,8 @@ struct InitOptions {
 void init_process_group(const InitOptions& options = {});
 bool is_initialized();
 // Destroys the default group and every group created from it (collectives still in flight
-// finish first). init_process_group may be called again afterwards.
+// finish first): a ProcessGroupPtr still held afterwards is shut down (ProcessGroup::shutdown).
+// init_process_group may be called again afterwards.
 void destroy_process_group();
 ProcessGroupPtr default_group();
 int get_rank(const ProcessGroupPtr& group = nullptr);
@@ -99,6 +100,12 @@ class ProcessGroup {
 
   // Fails every pending collective of this group on every rank, promptly.
   void abort(const std::string& reason = "aborted by the user");
+  // Leaves the group for good, as torch's ProcessGroup.shutdown(): the collectives already queued
+  // run first, then peers that wait for this rank in the group fail at once, naming it, and this
+  // rank's later collectives on it throw shmccl::Error. rank(), size() and comm_name() still
+  // answer. destroy_process_group() shuts every group down; the destructor too. Must not race with
+  // a collective of this group on another thread. Never throws.
+  void shutdown() noexcept;
 
   // For the library's layers.
   detail::GroupState& state() { return *state_; }

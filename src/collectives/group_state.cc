@@ -12,6 +12,8 @@ GroupState::GroupState(std::unique_ptr<transport::GroupTransport> transport,
                        std::vector<int> global_ranks, std::string comm_name,
                        std::chrono::milliseconds timeout)
     : transport_(std::move(transport)),
+      rank_(transport_->rank()),
+      size_(transport_->size()),
       global_ranks_(std::move(global_ranks)),
       comm_name_(std::move(comm_name)),
       timeout_ms_(timeout.count()),
@@ -50,8 +52,25 @@ std::shared_ptr<Work> completed_work() {
 // before destroying it, so there is nothing to wait for here (and a destructor must not rethrow a
 // stream error).
 GroupState::~GroupState() {
-  transport_.reset();  // no peer-death callback from here on
+  shut_down();
+}
+
+bool GroupState::shut_down() {
+  {
+    std::lock_guard<std::mutex> lock(failure_mutex_);
+    if (shut_down_) return false;
+    shut_down_ = true;
+    failed_.store(true, std::memory_order_release);  // check_not_failed() reads shut_down_
+  }
+  transport_.reset();  // departs; no peer-death callback from here on
+  active_trace_ = nullptr;
   collectives::FlightRecorder::instance().retire(trace_);
+  return true;
+}
+
+bool GroupState::is_shut_down() const {
+  std::lock_guard<std::mutex> lock(failure_mutex_);
+  return shut_down_;
 }
 
 collectives::HostStaging& GroupState::host_staging() {
@@ -72,7 +91,7 @@ npu::detail::StreamImpl& GroupState::comm_stream() {
 
 bool GroupState::mark_failed(const std::string& message) {
   std::lock_guard<std::mutex> lock(failure_mutex_);
-  if (failed_.load(std::memory_order_relaxed)) return false;
+  if (failed_.load(std::memory_order_relaxed) || shut_down_) return false;
   failure_ = message;
   failed_.store(true, std::memory_order_release);
   return true;
@@ -81,6 +100,11 @@ bool GroupState::mark_failed(const std::string& message) {
 void GroupState::check_not_failed() const {
   if (failed_.load(std::memory_order_acquire)) [[unlikely]] {
     std::lock_guard<std::mutex> lock(failure_mutex_);
+    if (shut_down_) {
+      throw InvalidArgument(concat("the process group ", comm_name_,
+                                   " was shut down (ProcessGroup::shutdown or "
+                                   "destroy_process_group) and runs no more collectives"));
+    }
     throw RemoteError(concat("the process group ", comm_name_,
                              " failed earlier and cannot run collectives: ", failure_));
   }

@@ -33,9 +33,10 @@ class GroupState {
              std::string comm_name, std::chrono::milliseconds timeout);
   ~GroupState();
 
+  // Only while the group is live: every entry point checks check_not_failed() first.
   transport::GroupTransport& transport() { return *transport_; }
-  int rank() const { return transport_->rank(); }
-  int size() const { return transport_->size(); }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
   const std::vector<int>& global_ranks() const { return global_ranks_; }
   const std::string& comm_name() const { return comm_name_; }
   std::chrono::milliseconds timeout() const {
@@ -70,6 +71,12 @@ class GroupState {
   bool mark_failed(const std::string& message);
   void check_not_failed() const;
 
+  // Leaves the group for good (ProcessGroup::shutdown): the transport goes, so the peers' waits
+  // for this rank fail at once, naming it; later collectives throw. Only once no collective of
+  // this group runs (its stream drained). True when this call shut it down.
+  bool shut_down();
+  bool is_shut_down() const;
+
   // This group's flight recorder ring; nullptr when the recorder is off
   // (SHMCCL_TRACE_BUFFER_SIZE=0).
   collectives::TraceRing* trace() const { return active_trace_; }
@@ -99,6 +106,8 @@ class GroupState {
 
  private:
   std::unique_ptr<transport::GroupTransport> transport_;
+  const int rank_;
+  const int size_;
   const std::vector<int> global_ranks_;
   const std::string comm_name_;
   std::atomic<int64_t> timeout_ms_;
@@ -113,6 +122,7 @@ class GroupState {
   std::atomic<bool> failed_{false};
   mutable std::mutex failure_mutex_;
   std::string failure_;
+  bool shut_down_ = false;  // guarded by failure_mutex_
   std::shared_ptr<collectives::TraceRing> trace_;
   collectives::TraceRing* active_trace_ = nullptr;  // trace_, or nullptr while suspended
   uint64_t executing_sequence_ = 0;

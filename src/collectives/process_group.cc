@@ -154,14 +154,20 @@ std::shared_ptr<Work> submit(detail::GroupState& state, OpPlan& plan, bool async
 ProcessGroup::ProcessGroup(std::unique_ptr<detail::GroupState> state) : state_(std::move(state)) {}
 
 ProcessGroup::~ProcessGroup() {
-  if (state_ && state_->has_comm_stream()) {
+  if (state_) shutdown();
+}
+
+void ProcessGroup::shutdown() noexcept {
+  if (state_->is_shut_down()) return;
+  if (state_->has_comm_stream()) {
     try {
       state_->comm_stream().synchronize();
     } catch (const std::exception& error) {
-      SHMCCL_WARN(kColl, "destroying group ", state_->comm_name(), ": ", error.what());
+      SHMCCL_WARN(kColl, "shutting down group ", state_->comm_name(), ": ", error.what());
     }
   }
-  if (state_) collectives::settle_pull_before_leaving(*state_);
+  collectives::settle_pull_before_leaving(*state_);
+  state_->shut_down();
 }
 
 int ProcessGroup::rank() const {
@@ -184,6 +190,7 @@ void ProcessGroup::set_timeout(std::chrono::milliseconds timeout) {
 }
 
 void ProcessGroup::abort(const std::string& reason) {
+  if (state_->is_shut_down()) return;  // nothing pending, no peer left to tell
   state_->transport().abort(reason);
   state_->mark_failed("aborted: " + reason);
 }

@@ -92,8 +92,11 @@ void destroy_process_group() {
     state.default_group.reset();
     state.rendezvous.reset();
   }
-  // Dropping the registry's references destroys each group once its last user lets go; its
-  // destructor drains the collectives still queued.
+  // Groups the caller still holds go too (as torch's destroy_process_group shuts every backend
+  // down): their peers must not wait for this rank, and its exit must read as a departure, not
+  // a death. Each drains the collectives still queued first; sub-groups before the default one.
+  for (auto group = groups.rbegin(); group != groups.rend(); ++group)
+    (*group)->shutdown();
   groups.clear();
 }
 
@@ -137,7 +140,7 @@ ProcessGroupPtr group_from_comm_name(const std::string& name) {
   Registry& state = registry();
   std::lock_guard<std::mutex> lock(state.mutex);
   for (const ProcessGroupPtr& group : state.groups) {
-    if (group->comm_name() == name) return group;
+    if (group->comm_name() == name && !group->state().is_shut_down()) return group;
   }
   throw InvalidArgument(detail::concat("unknown communicator name '", name,
                                        "': no live process group of this process has it"));

@@ -423,6 +423,56 @@ TEST(CollectiveErrorsTest, MissingRankAtInitIsNamed) {
   EXPECT_TRUE(testing::no_segments_left(job));
 }
 
+// A group shut down (ProcessGroup::shutdown, or destroy_process_group while the caller still
+// holds it) runs no more collectives, but still answers rank(), size() and comm_name(); shutting
+// down twice or aborting afterwards does nothing; the other groups go on, and a new default group
+// can be made while an old one is still held.
+TEST(CollectiveErrorsTest, ShutDownGroupsRunNoMoreCollectives) {
+  for (int world : {2, 3, 4}) {
+    SCOPED_TRACE(testing::str(world, " ranks"));
+    const std::string job = testing::unique_job_id();
+    auto results = testing::run_ranks(
+        world,
+        [&](const testing::RankContext& ctx) {
+          npu::set_device(ctx.rank);
+          ctx.init();
+          ProcessGroupPtr pair = new_group({0, 1});
+          Tensor t = ones({4}, kFloat32).npu();
+          if (pair) {
+            all_reduce(t, ReduceOp::SUM, pair);
+            require(t.cpu().to_vector<float>()[0] == 2.0f, "the pair's all_reduce");
+            const std::string name = pair->comm_name();
+            pair->shutdown();
+            pair->shutdown();
+            pair->abort("after shutdown");
+            require(pair->rank() == ctx.rank && pair->size() == 2 && pair->comm_name() == name,
+                    "a shut-down group's rank, size and name");
+            require_error([&] { all_reduce(t, ReduceOp::SUM, pair); }, "was shut down");
+            require_error([&] { barrier(pair); }, "was shut down");
+            require_error([&] { group_from_comm_name(name); }, "unknown communicator name");
+          }
+          Tensor u = ones({4}, kFloat32).npu();
+          all_reduce(u);  // the default group goes on
+          require(u.cpu().to_vector<float>()[0] == static_cast<float>(ctx.world), "the world's");
+
+          ProcessGroupPtr held = default_group();
+          destroy_process_group();
+          require(held->size() == ctx.world, "the destroyed group's size");
+          require_error([&] { all_reduce(u, ReduceOp::SUM, held); }, "was shut down");
+          testing::RankContext again{ctx.rank, ctx.world, ctx.job_id + "-again"};
+          again.init();
+          all_reduce(u);
+          require(u.cpu().to_vector<float>()[0] == static_cast<float>(ctx.world * ctx.world),
+                  "the new group's all_reduce");
+          destroy_process_group();
+        },
+        std::chrono::seconds(60), job);
+    EXPECT_TRUE(testing::all_ranks_succeeded(results));
+    EXPECT_TRUE(testing::no_segments_left(job));
+    EXPECT_TRUE(testing::no_segments_left(job + "-again"));
+  }
+}
+
 TEST(CollectiveErrorsTest, AbortFailsPendingWorkOnEveryRank) {
   const testing::TokenPipe aborted;
   auto results = testing::run_ranks(2, [&](const testing::RankContext& ctx) {

@@ -211,6 +211,41 @@ TEST(DepartureTest, ARankThatDestroyedItsGroupIsNamedInItsPeersNextCall) {
   });
 }
 
+// As above, but the last rank still holds its groups (the default one and a sub-group of every
+// rank) when it calls destroy_process_group: they are shut down all the same, and the others'
+// next collective on the sub-group names it at once. The held groups throw on the leaver.
+TEST(DepartureTest, ARankThatDestroyedGroupsItStillHoldsIsNamedInItsPeersNextCall) {
+  run_at_every_size([](const testing::RankContext& ctx, Tensor& tensor, Shared& shared) {
+    const int leaver = ctx.world - 1;
+    std::vector<int> everyone(static_cast<size_t>(ctx.world));
+    for (int r = 0; r < ctx.world; ++r)
+      everyone[static_cast<size_t>(r)] = r;
+    ProcessGroupPtr all = new_group(everyone);
+    all_reduce(tensor, ReduceOp::SUM, all);
+    require_sum(tensor, ctx.world, "of the sub-group");
+    if (ctx.rank == leaver) {
+      ProcessGroupPtr world_group = default_group();
+      destroy_process_group();
+      for (const ProcessGroupPtr& held : {all, world_group}) {
+        try {
+          all_reduce(tensor, ReduceOp::SUM, held);
+          throw testing::RequirementFailed("a destroyed group ran an all_reduce");
+        } catch (const Error& error) {
+          require(std::string(error.what()).find("was shut down") != std::string::npos,
+                  error.what());
+        }
+      }
+      outlive_the_survivors(ctx, shared);
+      return;
+    }
+    expect_departure_named(
+        [&] { all_reduce(tensor, ReduceOp::SUM, all); },
+        {str("rank ", leaver, " (pid "), "destroyed its side of the group after collective 1",
+         "takes no part in collective 2"},
+        ctx, shared);
+  });
+}
+
 // The last rank's 4 MiB all-reduce (256 chunks of work pool) throws std::bad_alloc after it ran
 // its first chunk and before it counted it done (SHMCCL_FAULT=mid_copy:<rank>:bad_alloc:2): no
 // one will finish that chunk. The others' all-reduce fails at once, naming the rank, instead of
