@@ -523,8 +523,19 @@ void run(detail::GroupState& state, const OpPlan& plan) {
     record_call(*trace, plan, repeat);
   // The arrival, then the reads of the others' arrivals and of notify()'s sleeper count, in the
   // single total order (Dekker with sleepers and with a racing last arrival): this fence makes the
-  // release store above act as the seq_cst store they pair with.
-  detail::fence(std::memory_order_seq_cst);
+  // release store above act as the seq_cst store they pair with. It waits for the arrival line's
+  // ownership, a line transfer on every call. Where the sleepers make a barrier for everyone
+  // instead (transport/asymmetric_fence.h), a rank that waits for one rank or none (a broadcast's
+  // ranks, a reduce-scatter rank that receives nothing) uses a compiler barrier and wakes any
+  // sleeper it sees (two racing last arrivals may miss each other without the fence): broadcast
+  // of 8 B 0.065 -> 0.058 us. Ranks that wait for everyone keep the fence: without it their
+  // 8 B all-reduce took 0.126 -> 0.133 us (they start polling before their line has left).
+  const bool light_fence = needs != Needs::kEveryone && transport.light_arrival_fence();
+  if (light_fence) {
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+  } else {
+    detail::fence(std::memory_order_seq_cst);
+  }
   auto arrived = [&](int r) {
     return transport.slot(r).arrivals[entry].sequence.load(std::memory_order_seq_cst) == sequence;
   };
@@ -540,7 +551,8 @@ void run(detail::GroupState& state, const OpPlan& plan) {
   // precedes its check, so at least one of them sees the other and wakes. With nobody asleep
   // (the fence orders this read after the arrival) no peer's line is read here.
   if (transport.someone_sleeps() &&
-      ((plan.kind == OpKind::kBroadcast && rank == plan.root) || everyone_arrived())) {
+      (light_fence || (plan.kind == OpKind::kBroadcast && rank == plan.root) ||
+       everyone_arrived())) {
     transport.notify();
   }
   // (After the wake-up: a rank that stalls here has arrived completely, sleepers included.)

@@ -13,6 +13,7 @@
 #include "core/logging.h"
 #include "core/memory_order.h"
 #include "device/device_context.h"
+#include "transport/asymmetric_fence.h"
 #include "transport/futex.h"
 
 namespace shmccl::transport {
@@ -54,6 +55,7 @@ GroupTransport::GroupTransport(ShmSegment segment, int rank, int size)
       size_(size),
       peer_pids_(static_cast<size_t>(size), 0),
       own_cpus_(usable_cpus()) {
+  enable_asymmetric_fences();
   // Until every rank attached, this rank's own CPUs are all it knows of the group's.
   set_oversubscribed(size > CPU_COUNT(&own_cpus_));
 }
@@ -335,6 +337,8 @@ void GroupTransport::sleep_until(bool (*ready)(void*), void* context, Clock::tim
   while (true) {
     const uint32_t observed = header_->wake_word.load(std::memory_order_seq_cst);
     header_->sleepers.fetch_add(1, std::memory_order_seq_cst);
+    // Peers whose arrivals skip the full fence (light_arrival_fence) pass one now instead.
+    if (!oversubscribed_) sleeper_fence();
     const bool done = ready(context);
     if (!done && healthy()) {
       const auto now = Clock::now();

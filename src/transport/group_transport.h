@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "core/memory_order.h"
+#include "transport/asymmetric_fence.h"
 #include "transport/control_block.h"
 #include "transport/peer_monitor.h"
 #include "transport/shm_segment.h"
@@ -55,6 +56,10 @@ class GroupTransport {
   // More ranks than the cores they may run on (the union of the ranks' affinity masks, known
   // once every rank attached): waits yield and sleep instead of spinning.
   bool oversubscribed() const { return oversubscribed_; }
+  // This rank's arrivals may use a compiler barrier instead of a full fence (asymmetric_fence.h):
+  // the group is not oversubscribed (so its sleepers make the barrier instead) and the process
+  // registered for the sleepers' barriers.
+  bool light_arrival_fence() const { return !oversubscribed_ && asymmetric_fences_enabled(); }
 
   // Barrier release (control_block.h): when ranks outnumber cores, a barrier's other ranks wait
   // for rank 0 to have seen every arrival, so that rank 0 leaves first. `awaits_release()`: this
