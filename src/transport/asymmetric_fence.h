@@ -18,8 +18,8 @@
 
 namespace shmccl::transport {
 
-// This process registered for the sleepers' barriers (set by enable_asymmetric_fences, cleared in
-// a forked child, whose registration the kernel does not carry over).
+// This process registered for the sleepers' barriers (set by enable_asymmetric_fences; cleared in
+// a forked child, a new process that registers itself when it makes a group).
 inline std::atomic<bool> g_asymmetric_fences{false};
 
 // Registers this process for the sleepers' barriers, once per process (and again in a forked
@@ -30,8 +30,7 @@ void enable_asymmetric_fences();
 // in groups whose sleepers call sleeper_fence(). Never under ThreadSanitizer (it has no model of
 // membarrier).
 inline bool asymmetric_fences_enabled() {
-  return !::shmccl::detail::kThreadSanitizer &&
-         g_asymmetric_fences.load(std::memory_order_relaxed);
+  return !::shmccl::detail::kThreadSanitizer && g_asymmetric_fences.load(std::memory_order_relaxed);
 }
 
 // Between a sleeper's count of itself and its re-check of what it waits for: makes every running
