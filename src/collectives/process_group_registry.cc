@@ -116,6 +116,9 @@ ProcessGroupPtr new_group(const std::vector<int>& ranks, std::chrono::millisecon
   Registry& state = registry();
   std::lock_guard<std::mutex> lock(state.mutex);
   SHMCCL_CHECK_ARG(state.default_group != nullptr, "new_group: call init_process_group() first");
+  SHMCCL_CHECK_ARG(!state.default_group->state().is_shut_down(),
+                   "new_group: the default process group was shut down; call "
+                   "destroy_process_group() and init_process_group() first");
   const int world_size = state.default_group->size();
   std::vector<int> members = ranks;
   std::sort(members.begin(), members.end());

@@ -456,6 +456,12 @@ TEST(CollectiveErrorsTest, ShutDownGroupsRunNoMoreCollectives) {
           require(u.cpu().to_vector<float>()[0] == static_cast<float>(ctx.world), "the world's");
 
           ProcessGroupPtr held = default_group();
+          if (ctx.rank == 0) {
+            // Shut down, the default group lets no sub-group be made from it (its own rank only:
+            // a sub-group of every rank would wait for this one).
+            held->shutdown();
+            require_error([&] { new_group({0}); }, "was shut down");
+          }
           destroy_process_group();
           require(held->size() == ctx.world, "the destroyed group's size");
           require_error([&] { all_reduce(u, ReduceOp::SUM, held); }, "was shut down");
