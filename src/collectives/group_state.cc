@@ -55,17 +55,16 @@ GroupState::~GroupState() {
   shut_down();
 }
 
-bool GroupState::shut_down() {
+void GroupState::shut_down() {
   {
     std::lock_guard<std::mutex> lock(failure_mutex_);
-    if (shut_down_) return false;
+    if (shut_down_) return;
     shut_down_ = true;
     failed_.store(true, std::memory_order_release);  // check_not_failed() reads shut_down_
   }
   transport_.reset();  // departs; no peer-death callback from here on
   active_trace_ = nullptr;
   collectives::FlightRecorder::instance().retire(trace_);
-  return true;
 }
 
 bool GroupState::is_shut_down() const {

@@ -73,8 +73,8 @@ class GroupState {
 
   // Leaves the group for good (ProcessGroup::shutdown): the transport goes, so the peers' waits
   // for this rank fail at once, naming it; later collectives throw. Only once no collective of
-  // this group runs (its stream drained). True when this call shut it down.
-  bool shut_down();
+  // this group runs (its stream drained). Once; later calls do nothing.
+  void shut_down();
   bool is_shut_down() const;
 
   // This group's flight recorder ring; nullptr when the recorder is off
