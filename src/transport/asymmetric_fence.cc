@@ -28,7 +28,6 @@ bool global_expedited_supported() {
   return supported;
 }
 
-std::mutex g_register_mutex;
 std::once_flag g_atfork_once;
 
 }  // namespace
@@ -41,8 +40,8 @@ void enable_asymmetric_fences() {
     pthread_atfork(nullptr, nullptr,
                    [] { g_asymmetric_fences.store(false, std::memory_order_relaxed); });
   });
-  std::lock_guard<std::mutex> lock(g_register_mutex);
-  if (g_asymmetric_fences.load(std::memory_order_relaxed)) return;
+  // Registering twice (two threads making groups at once) is harmless: no lock, which a fork
+  // could leave held in the child.
   if (membarrier(MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) != 0) {
     SHMCCL_INFO(kShm, "membarrier registration refused: arrivals keep their full fence");
     return;
