@@ -588,6 +588,11 @@ void run(detail::GroupState& state, const OpPlan& plan) {
                             state.timeout().count(), " ms): ranks ",
                             transport::late_ranks(transport, sequence), " have not called it");
     };
+    // Every rank that waits here waits for the same arrivals: a shared wait (the collective's
+    // sequence names it), beside which ranks sharing a core spin instead of yielding to each
+    // other (transport/core_mates.h). Not for an asynchronous call: its wait runs on a stream's
+    // thread, and the caller's thread may need the core meanwhile.
+    const uint64_t shared_wait = plan.async_op ? 0 : sequence;
     // A payload of a few lines in the inline areas costs one line transfer more than one in the
     // arrival line, unless its lines are asked for while the arrival is awaited (its writer
     // stores them first): asked for before each check, they travel with the arrival line in the
@@ -600,9 +605,10 @@ void run(detail::GroupState& state, const OpPlan& plan) {
             prefetch.fetch_all(transport, algorithm, plan, payload_bytes);
             return everyone_arrived() || or_mismatch();
           },
-          timeout, describe);
+          timeout, describe, shared_wait);
     } else {
-      transport.wait_until([&] { return everyone_arrived() || or_mismatch(); }, timeout, describe);
+      transport.wait_until([&] { return everyone_arrived() || or_mismatch(); }, timeout, describe,
+                           shared_wait);
     }
     early.throw_if_mismatch(transport, sequence);
   }

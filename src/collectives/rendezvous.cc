@@ -215,7 +215,8 @@ std::unique_ptr<transport::GroupTransport> Rendezvous::connect_group(
     transport = transport::GroupTransport::open(name, group_rank, group_size);
   }
   fault::point(fault::Point::kRendezvous, job_.rank, ++groups_connected_);
-  transport->wait_for_all_attached(deadline, job_oversubscribed);
+  transport->wait_for_all_attached(deadline, job_oversubscribed,
+                                   static_cast<int>(global_ranks.size()) == job_.world_size);
   return transport;
 }
 

@@ -57,6 +57,9 @@ constexpr std::array kSettings = {
     Setting{"SHMCCL_YIELD_TIME", Kind::kSeconds, "200us",
             "when ranks outnumber cores: how long a waiting rank yields its core to the others "
             "before it sleeps"},
+    Setting{"SHMCCL_MATE_SPIN_TIME", Kind::kSeconds, "20us",
+            "when ranks outnumber cores: how long a waiting rank spins instead of yielding while "
+            "every rank on its core waits for the same collective (0: always yield)"},
     Setting{"SHMCCL_TRACE_BUFFER_SIZE", Kind::kInt, "2000",
             "flight recorder: collectives remembered per process group (0: off); written to the "
             "log and SHMCCL_TRACE_FILE on a timeout, a dead peer, a mismatch or SIGUSR1"},

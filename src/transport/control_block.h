@@ -58,7 +58,7 @@ inline constexpr int kCallRing = 32;
 inline constexpr size_t kSmallInlineBytes = 2 * 1024;
 inline constexpr int kInlineRing = 8;
 inline constexpr uint64_t kControlMagic = 0x73686d63636c4342ull;  // "shmcclCB"
-inline constexpr uint32_t kControlVersion = 11;
+inline constexpr uint32_t kControlVersion = 12;
 
 // The slot entry of collective `sequence`, and its inline area.
 inline constexpr int ring_entry(uint64_t sequence) {
@@ -200,10 +200,14 @@ struct alignas(kCacheLine) RankSlot {
   // attaches: whether the group's ranks outnumber the cores they share is read off the union of
   // every rank's (a launcher that binds each rank to a core of its own oversubscribes nothing).
   uint64_t cpus[kCpuMaskWords];
+  // Where this rank waits when ranks outnumber cores (transport/core_mates.h): the CPU it last
+  // ran on, and the shared wait it is in (0: none). Written by the owner, read as a hint only.
+  alignas(kCacheLine) std::atomic<uint32_t> wait_cpu;
+  std::atomic<uint64_t> waits_in;
 };
 static_assert(sizeof(RankSlot) % kCacheLine == 0);
 static_assert(offsetof(RankSlot, descriptors) == (kCallRing + 1) * kCacheLine);
-static_assert(sizeof(RankSlot) == 318656);  // a layout change is a kControlVersion change
+static_assert(sizeof(RankSlot) == 318720);  // a layout change is a kControlVersion change
 static_assert(offsetof(OpDescriptor, staging_window) % 8 == 0 && sizeof(OpDescriptor) == 3736);
 
 // RankSlot::attached: 0 until the rank maps the segment, then kAttached; kDetached once it has

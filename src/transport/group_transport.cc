@@ -14,6 +14,7 @@
 #include "core/memory_order.h"
 #include "device/device_context.h"
 #include "transport/asymmetric_fence.h"
+#include "transport/core_mates.h"
 #include "transport/futex.h"
 
 namespace shmccl::transport {
@@ -64,12 +65,16 @@ void GroupTransport::set_oversubscribed(bool oversubscribed) {
   oversubscribed_ = oversubscribed;
   spin_budget_ = std::chrono::nanoseconds(0);
   yield_budget_ = std::chrono::nanoseconds(0);
+  mate_spin_budget_ = std::chrono::nanoseconds(0);
+  auto seconds = [](const char* name) {
+    return std::chrono::nanoseconds(static_cast<int64_t>(config::get_seconds(name) * 1e9));
+  };
   if (!oversubscribed_) {
-    spin_budget_ = std::chrono::nanoseconds(
-        static_cast<int64_t>(config::get_seconds("SHMCCL_SPIN_TIME") * 1e9));
+    spin_budget_ = seconds("SHMCCL_SPIN_TIME");
   } else {
-    yield_budget_ = std::chrono::nanoseconds(
-        static_cast<int64_t>(config::get_seconds("SHMCCL_YIELD_TIME") * 1e9));
+    yield_budget_ = seconds("SHMCCL_YIELD_TIME");
+    // A sub-group's slots do not show the job's other ranks, which may need this core.
+    if (whole_job_) mate_spin_budget_ = seconds("SHMCCL_MATE_SPIN_TIME");
   }
 }
 
@@ -161,7 +166,9 @@ std::string GroupTransport::departure_message(int rank) const {
                         " and takes no part in collective ", departed_at, " or later: ", failure);
 }
 
-void GroupTransport::wait_for_all_attached(Clock::time_point deadline, bool job_oversubscribed) {
+void GroupTransport::wait_for_all_attached(Clock::time_point deadline, bool job_oversubscribed,
+                                           bool whole_job) {
+  whole_job_ = whole_job;
   wait_until(
       [&] {
         return header_->attached_count.load(std::memory_order_acquire) >=
@@ -322,16 +329,32 @@ void GroupTransport::notify() {
 }
 
 void GroupTransport::sleep_until(bool (*ready)(void*), void* context, Clock::time_point deadline,
-                                 std::string (*describe)(void*), void* describe_context) {
+                                 std::string (*describe)(void*), void* describe_context,
+                                 uint64_t shared_wait) {
   // Yield before sleeping: when ranks outnumber cores the peer we wait for is usually runnable on
   // our core, and a yield hands it the core in about a microsecond, while a futex sleep costs a
-  // wake-up of 5-10 us (tens in a VM). Bounded by SHMCCL_YIELD_TIME, then sleep for real.
+  // wake-up of 5-10 us (tens in a VM). Bounded by SHMCCL_YIELD_TIME, then sleep for real. Once
+  // the ranks on our core all wait where we wait, spin instead (core_mates.h), for at most
+  // SHMCCL_MATE_SPIN_TIME between yields.
   const auto yield_until = Clock::now() + yield_budget_;
+  CoreMates mates(slots_, rank_, size_, mate_spin_budget_.count() > 0 ? shared_wait : 0);
+  Clock::time_point spin_until = Clock::time_point::max();  // max: not spinning
   for (int i = 0;; ++i) {
     if (ready(context)) return;
     if (!healthy()) throw_failure(describe(describe_context));
     if (i >= 16 && Clock::now() >= yield_until) break;
+    if (mates.all_wait_here()) {
+      const auto now = Clock::now();
+      if (spin_until == Clock::time_point::max()) spin_until = now + mate_spin_budget_;
+      if (now < spin_until) {
+        for (int k = 0; k < 64 && !ready(context); ++k)
+          cpu_relax();
+        continue;
+      }
+    }
     sched_yield();
+    mates.refresh_cpu();
+    spin_until = Clock::time_point::max();
   }
   bool announced = false;
   while (true) {

@@ -48,8 +48,10 @@ class GroupTransport {
   // Waits until every rank attached (else TimeoutError naming the missing ranks), removes the
   // segment's name (nothing is left in /dev/shm from here on), decides whether the group runs
   // oversubscribed (so it does when `job_oversubscribed`: the job's other ranks share the cores)
-  // and starts watching the peers.
-  void wait_for_all_attached(Clock::time_point deadline, bool job_oversubscribed = false);
+  // and starts watching the peers. `whole_job`: the group's ranks are all of the job's, so its
+  // slots show every rank that may share a core with this one (core_mates.h).
+  void wait_for_all_attached(Clock::time_point deadline, bool job_oversubscribed = false,
+                             bool whole_job = true);
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -77,12 +79,16 @@ class GroupTransport {
 
   // Spins, then sleeps until `ready()` holds. Throws RemoteError when the group is aborted or a
   // peer died, TimeoutError at `deadline`; `describe()` adds what was awaited (late ranks...).
+  // `shared_wait`, when not 0, names a wait in which every rank waits for the same condition
+  // (core_mates.h; the collective's sequence number for its arrival wait).
   template <typename Ready, typename Describe>
-  void wait_until(Ready&& ready, Clock::time_point deadline, Describe&& describe);
+  void wait_until(Ready&& ready, Clock::time_point deadline, Describe&& describe,
+                  uint64_t shared_wait = 0);
   // The same with a timeout counted from the end of the spin phase (no clock read when the
   // condition comes true while spinning: the common case of a collective).
   template <typename Ready, typename Describe>
-  void wait_until(Ready&& ready, std::chrono::milliseconds timeout, Describe&& describe);
+  void wait_until(Ready&& ready, std::chrono::milliseconds timeout, Describe&& describe,
+                  uint64_t shared_wait = 0);
   // Wakes sleepers after a change to shared state they may wait for (cheap when none sleeps).
   void notify();
   // Some rank sleeps on the group's futex word (seq_cst: after a fenced publication, as notify()
@@ -154,10 +160,11 @@ class GroupTransport {
   [[noreturn]] void throw_failure(const std::string& context) const;
   // The sleeping half of wait_until (after spinning): futex waits with deadline and checks.
   void sleep_until(bool (*ready)(void*), void* context, Clock::time_point deadline,
-                   std::string (*describe)(void*), void* describe_context);
+                   std::string (*describe)(void*), void* describe_context, uint64_t shared_wait);
   // sleep_until for wait_until's callables (type-erased: the sleeping half is not a template).
   template <typename Ready, typename Describe>
-  void sleep_until_ready(Ready& ready, Clock::time_point deadline, Describe& describe);
+  void sleep_until_ready(Ready& ready, Clock::time_point deadline, Describe& describe,
+                         uint64_t shared_wait);
   static void cpu_relax() { __builtin_ia32_pause(); }
   // Spins until `ready()` or the spin budget is spent; true when ready. Spinning is for ranks
   // that have a core each: a sleeping rank costs a wake-up of several microseconds (tens in a
@@ -204,7 +211,8 @@ class GroupTransport {
   std::vector<pid_t> peer_pids_;
   std::vector<PeerMonitor::WatchId> watches_;
   bool oversubscribed_ = false;
-  cpu_set_t own_cpus_;  // this process's affinity mask, published in its slot as it attaches
+  bool whole_job_ = true;  // wait_for_all_attached's `whole_job`
+  cpu_set_t own_cpus_;     // this process's affinity mask, published in its slot as it attaches
   // Whether another rank waits for barrier releases: read once every rank arrived at a barrier
   // (each wrote its flag before it attached), then kept. -1: not read yet.
   std::atomic<int8_t> others_await_release_{-1};
@@ -214,6 +222,9 @@ class GroupTransport {
   static constexpr int kPausedChecks = 256;
   std::chrono::nanoseconds spin_budget_{0};
   std::chrono::nanoseconds yield_budget_{0};
+  // How long a waiter whose core-mates all wait where it waits spins before it yields once
+  // (core_mates.h); 0: it always yields.
+  std::chrono::nanoseconds mate_spin_budget_{0};
 
   // The rank (not this one) that departed at or before the current collective; -1 if none.
   int departed_rank() const;
@@ -229,28 +240,30 @@ class GroupTransport {
 };
 
 template <typename Ready, typename Describe>
-void GroupTransport::wait_until(Ready&& ready, Clock::time_point deadline, Describe&& describe) {
+void GroupTransport::wait_until(Ready&& ready, Clock::time_point deadline, Describe&& describe,
+                                uint64_t shared_wait) {
   // Spin while a core is likely free for the peer; when ranks outnumber cores, spinning only
   // steals the time slice the peer needs, so give up early and sleep.
   if (!spin(ready)) [[unlikely]]
-    sleep_until_ready(ready, deadline, describe);
+    sleep_until_ready(ready, deadline, describe, shared_wait);
   detail::acquire_from_peers();
 }
 
 template <typename Ready, typename Describe>
 void GroupTransport::wait_until(Ready&& ready, std::chrono::milliseconds timeout,
-                                Describe&& describe) {
+                                Describe&& describe, uint64_t shared_wait) {
   if (!spin(ready)) [[unlikely]]
-    sleep_until_ready(ready, Clock::now() + timeout, describe);
+    sleep_until_ready(ready, Clock::now() + timeout, describe, shared_wait);
   detail::acquire_from_peers();
 }
 
 template <typename Ready, typename Describe>
-void GroupTransport::sleep_until_ready(Ready& ready, Clock::time_point deadline,
-                                       Describe& describe) {
-  sleep_until(
-      [](void* context) -> bool { return (*static_cast<Ready*>(context))(); }, &ready, deadline,
-      [](void* context) -> std::string { return (*static_cast<Describe*>(context))(); }, &describe);
+void GroupTransport::sleep_until_ready(Ready& ready, Clock::time_point deadline, Describe& describe,
+                                       uint64_t shared_wait) {
+  sleep_until([](void* context) -> bool { return (*static_cast<Ready*>(context))(); }, &ready,
+              deadline,
+              [](void* context) -> std::string { return (*static_cast<Describe*>(context))(); },
+              &describe, shared_wait);
 }
 
 // The ranks whose slot value `read(slot)` is below `value`, as "1, 3", leaving out rank `skip`
