@@ -16,13 +16,16 @@ CoreMates::~CoreMates() {
   if (wait_id_ != 0) slots_[rank_].waits_in.store(0, std::memory_order_relaxed);
 }
 
+uint32_t publish_cpu(RankSlot& slot) {
+  const int current = sched_getcpu();  // the vDSO: no system call
+  const uint32_t cpu = current < 0 ? 0 : static_cast<uint32_t>(current);
+  if (slot.wait_cpu.load(std::memory_order_relaxed) != cpu)
+    slot.wait_cpu.store(cpu, std::memory_order_relaxed);
+  return cpu;
+}
+
 void CoreMates::refresh_cpu() {
-  const int cpu = sched_getcpu();  // the vDSO: no system call
-  cpu_ = cpu < 0 ? 0 : static_cast<uint32_t>(cpu);
-  // Stored only when it changed: peers read this line in their waits.
-  std::atomic<uint32_t>& published = slots_[rank_].wait_cpu;
-  if (published.load(std::memory_order_relaxed) != cpu_)
-    published.store(cpu_, std::memory_order_relaxed);
+  cpu_ = publish_cpu(slots_[rank_]);
 }
 
 bool CoreMates::all_wait_here() const {

@@ -20,6 +20,11 @@
 
 namespace shmccl::transport {
 
+// Publishes in `slot` the CPU the calling thread runs on (a store only when it changed: peers read
+// the line in their waits) and returns it. Ranks publish it as they attach, too, so that a rank
+// that never waited is not taken for one on CPU 0.
+uint32_t publish_cpu(RankSlot& slot);
+
 class CoreMates {
  public:
   // Publishes that rank `rank` waits in shared wait `wait_id` (0: none, and all_wait_here() is

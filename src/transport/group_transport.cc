@@ -95,6 +95,7 @@ std::unique_ptr<GroupTransport> GroupTransport::create(const std::string& name, 
   RankSlot& mine = transport->slot(rank);
   mine.pid.store(getpid(), std::memory_order_relaxed);
   std::memcpy(mine.cpus, &transport->own_cpus_, sizeof(mine.cpus));
+  publish_cpu(mine);
   mine.attached.store(kAttached, std::memory_order_relaxed);
   transport->header_->attached_count.fetch_add(1, std::memory_order_seq_cst);
   return transport;
@@ -116,6 +117,7 @@ std::unique_ptr<GroupTransport> GroupTransport::open(const std::string& name, in
                    mine.pid.load(std::memory_order_relaxed), ": two processes use the same rank");
   mine.pid.store(getpid(), std::memory_order_relaxed);
   std::memcpy(mine.cpus, &transport->own_cpus_, sizeof(mine.cpus));
+  publish_cpu(mine);
   mine.attached.store(kAttached, std::memory_order_seq_cst);
   transport->header_->attached_count.fetch_add(1, std::memory_order_seq_cst);
   transport->notify();

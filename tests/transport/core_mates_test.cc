@@ -63,6 +63,13 @@ TEST_F(CoreMatesTest, PublishesItsCpuAndWaitUntilItLeaves) {
   EXPECT_EQ(slots_[0].wait_cpu.load(), cpu_);  // kept: where it last ran
 }
 
+TEST_F(CoreMatesTest, PublishCpuWritesWhereTheThreadRuns) {
+  place(2, other_cpu_, 0);
+  EXPECT_EQ(publish_cpu(slots_[2]), cpu_);
+  EXPECT_EQ(slots_[2].wait_cpu.load(), cpu_);
+  EXPECT_EQ(slots_[2].waits_in.load(), 0u);
+}
+
 TEST_F(CoreMatesTest, AWaitThatIsNotSharedPublishesNothingAndNeverSpins) {
   place(0, other_cpu_, 0);
   for (int r = 1; r < kRanks; ++r)
