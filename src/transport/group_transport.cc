@@ -226,13 +226,17 @@ void GroupTransport::on_peer_death(pid_t pid) {
   for (int r = 0; r < size_; ++r) {
     if (peer_pids_[static_cast<size_t>(r)] == pid) dead_rank = r;
   }
-  // A peer that destroyed its side of the group first left on purpose (the end of a program):
-  // later collectives with it still fail, but it is not an incident.
-  const bool left =
-      dead_rank >= 0 && slots_[dead_rank].attached.load(std::memory_order_acquire) == kDetached;
-  const std::string what =
-      left ? detail::concat("rank ", dead_rank, " (pid ", pid, ") destroyed the group and exited")
-           : detail::concat("rank ", dead_rank, " (pid ", pid, ") died");
+  // A peer that destroyed its side of the group first left on purpose (the end of a program).
+  // It departed before it detached (~GroupTransport): that departure already fails the
+  // collectives it takes no part in, naming it. The ones it finished must not fail for its exit:
+  // a rank that finished a call early (a small broadcast's root, a reduce-scatter rank that
+  // receives nothing) may exit while its peers still wait there for each other.
+  if (dead_rank >= 0 && slots_[dead_rank].attached.load(std::memory_order_acquire) == kDetached) {
+    SHMCCL_INFO(kShm, "group peer rank ", dead_rank, " (pid ", pid,
+                ") destroyed its side of the group and exited");
+    return;
+  }
+  const std::string what = detail::concat("rank ", dead_rank, " (pid ", pid, ") died");
   std::function<void(const std::string&)> listener;
   {
     std::lock_guard<std::mutex> lock(failure_mutex_);
@@ -243,7 +247,7 @@ void GroupTransport::on_peer_death(pid_t pid) {
   SHMCCL_INFO(kShm, "group peer ", what);
   header_->wake_word.fetch_add(1, std::memory_order_seq_cst);
   futex_wake(&header_->wake_word);
-  if (listener && !left) listener(what);
+  if (listener) listener(what);
 }
 
 void GroupTransport::set_peer_death_listener(std::function<void(const std::string&)> listener) {

@@ -3,12 +3,16 @@
 // Bad arguments give the documented texts before any peer waits; disagreeing, dead and late
 // ranks give errors on every surviving rank instead of hangs; nothing is left in /dev/shm.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 
+#include "collectives/group_state.h"
+#include "core/config.h"
 #include "multiprocess.h"
 #include "transport/peer_monitor.h"
 
@@ -324,6 +328,79 @@ TEST(CollectiveErrorsTest, ReceiversCompleteABroadcastWhoseRootAlreadyExited) {
         return;
       }
       throw testing::RequirementFailed("the barrier without the root did not fail");
+    });
+    close(pid_pipe[0]);
+    close(pid_pipe[1]);
+    EXPECT_TRUE(testing::all_ranks_succeeded(results)) << world << " ranks";
+  }
+}
+
+// A reduce-scatter rank that receives nothing needs nobody's data either: it may finish, destroy
+// the group and exit while the others still wait there for each other. Its exit must not fail
+// them (it departed before it exited, after the call); only the collectives it takes no part in
+// fail, naming its departure. Rank 0 waits in the call after the exit has reached its process
+// (its peer monitor dispatched it), asleep, and the middle ranks arrive only then.
+TEST(CollectiveErrorsTest, PeersStillWaitingInACallThatAnExitedRankFinishedEarlyComplete) {
+  for (int world : {3, 4, 8}) {
+    int pid_pipe[2];
+    ASSERT_EQ(pipe(pid_pipe), 0);
+    const testing::TokenPipe go;  // rank 0 waits in the call: the middle ranks may come
+    auto results = testing::run_ranks(world, [&](const testing::RankContext& ctx) {
+      setenv("SHMCCL_SPIN_TIME", "0", 1);
+      setenv("SHMCCL_YIELD_TIME", "0", 1);
+      config::reload();
+      npu::set_device(ctx.rank % 8);
+      ctx.init();
+      const int last = ctx.world - 1;
+      std::vector<int64_t> splits(static_cast<size_t>(ctx.world), 2);
+      splits[static_cast<size_t>(last)] = 0;  // the last rank receives nothing
+      const Tensor input = ones({2 * last}, kInt32).npu();
+      Tensor output = zeros({splits[static_cast<size_t>(ctx.rank)]}, kInt32).npu();
+      if (ctx.rank == last) {
+        reduce_scatter_tensor_uneven(output, input, splits);
+        destroy_process_group();
+        const pid_t me = getpid();
+        require(write(pid_pipe[1], &me, sizeof(me)) == sizeof(me), "pipe write");
+        return;
+      }
+      const transport::GroupTransport& transport = default_group()->state().transport();
+      if (ctx.rank == 0) {
+        pid_t gone = 0;
+        require(read(pid_pipe[0], &gone, sizeof(gone)) == sizeof(gone), "pipe read");
+        require(transport::PeerMonitor::wait_for_exit(gone, std::chrono::seconds(20)),
+                "the last rank did not exit");
+        // The monitor thread dispatches deaths one at a time, in the order they were seen: once a
+        // watch made after the exit has fired, the group's own watch of that pid has fired too.
+        std::atomic<int> fired{0};
+        for (int round = 1; round <= 2; ++round) {
+          transport::PeerMonitor::instance().watch(gone, [&](pid_t) { fired.fetch_add(1); });
+          const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+          while (fired.load() < round) {
+            require(std::chrono::steady_clock::now() < deadline, "no death notice");
+            std::this_thread::yield();
+          }
+        }
+        go.post(last - 1);
+      } else {
+        require(go.wait(), "rank 0 did not see the last rank's exit");
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (transport.header().sleepers.load() == 0) {  // rank 0 sleeps in the call
+          require(std::chrono::steady_clock::now() < deadline, "rank 0 never slept");
+          sched_yield();
+        }
+      }
+      reduce_scatter_tensor_uneven(output, input, splits);
+      require(output.cpu().to_vector<int32_t>() == std::vector<int32_t>(2, ctx.world),
+              "wrong reduce-scatter result");
+      // The next collective needs the last rank, which took no part after its call.
+      try {
+        barrier();
+      } catch (const RemoteError& error) {
+        const std::string text = error.what();
+        require(text.find("destroyed its side of the group") != std::string::npos, text);
+        return;
+      }
+      throw testing::RequirementFailed("the barrier without the last rank did not fail");
     });
     close(pid_pipe[0]);
     close(pid_pipe[1]);
