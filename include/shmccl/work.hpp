@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -33,7 +34,9 @@ class Work {
   std::exception_ptr exception() const;
   // Blocks until it finished. Returns true; rethrows its error (a shmccl::Error). With a timeout,
   // returns false if it has not finished by then (the collective goes on; its own timeout and
-  // peer checks still bound it).
+  // peer checks still bound it). Without one, a collective that has not started yet runs on the
+  // calling thread (it is next in its stream's order): waiting at once costs what a synchronous
+  // call does, not two thread hand-offs.
   bool wait(std::chrono::milliseconds timeout = kNoTimeout);
   // Orders the calling thread's current NPU stream after the collective (no host block): work
   // queued there afterwards starts once the collective is done. Errors surface at that stream's
@@ -48,6 +51,8 @@ class Work {
   void finish(std::exception_ptr error = nullptr);
   // For the library: the event recorded on the communication stream when the work is done.
   void set_completion_event(npu::Event event);
+  // For the library: runs the collective on the calling thread if no one has started it yet.
+  void set_helper(std::function<void()> help);
 
  private:
   const std::string description_;
@@ -56,6 +61,7 @@ class Work {
   std::condition_variable completed_cv_;
   bool completed_ = false;
   std::exception_ptr error_;
+  std::function<void()> help_;  // taken by the first wait() without a timeout
   bool has_event_ = false;
   npu::Event completion_event_;
 };

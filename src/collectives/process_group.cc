@@ -95,14 +95,15 @@ std::shared_ptr<Work> enqueue(detail::GroupState& state, const OpPlan& plan, int
     ready.record(npu::current_stream(device));
     comm.wait(ready.state());
   }
-  comm.enqueue([&state, owned = plan.owned_copy(), work] {
+  // Work::wait may run the collective itself; the helper holds the stream weakly, not the task.
+  work->set_helper(comm.enqueue_helpable([&state, owned = plan.owned_copy(), work] {
     try {
       collectives::execute(state, *owned);
       work->finish();
     } catch (...) {
       work->finish(std::current_exception());
     }
-  });
+  }));
   npu::Event done;
   comm.record(done.state());
   work->set_completion_event(done);

@@ -1,6 +1,8 @@
 // Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
 #include "shmccl/work.hpp"
 
+#include <utility>
+
 #include "core/check.h"
 
 namespace shmccl {
@@ -25,6 +27,14 @@ std::exception_ptr Work::exception() const {
 
 bool Work::wait(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mutex_);
+  if (timeout.count() < 0 && !completed_ && help_) {
+    // No deadline to keep: run the collective here if it has not started (it would block this
+    // thread just as long on the worker, plus the hand-offs).
+    std::function<void()> help = std::exchange(help_, nullptr);
+    lock.unlock();
+    help();
+    lock.lock();
+  }
   if (timeout.count() < 0) {
     completed_cv_.wait(lock, [&] { return completed_; });
   } else if (!completed_cv_.wait_for(lock, timeout, [&] { return completed_; })) {
@@ -57,6 +67,11 @@ void Work::finish(std::exception_ptr error) {
     error_ = std::move(error);
   }
   completed_cv_.notify_all();
+}
+
+void Work::set_helper(std::function<void()> help) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  help_ = std::move(help);
 }
 
 void Work::set_completion_event(npu::Event event) {

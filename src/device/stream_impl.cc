@@ -181,17 +181,80 @@ void StreamImpl::worker_loop(const std::shared_ptr<State>& state) {
     // find them released.
     task = nullptr;
     lock.lock();
-    if (error && !s.error) s.error = std::move(error);
-    s.completed.store(ticket, std::memory_order_release);  // idle()'s acquire loads pair with it
-    if (s.sync_waiters.load(std::memory_order_relaxed) > 0) {
-      lock.unlock();
-      s.done_cv.notify_all();
-      lock.lock();
-    }
+    complete_locked(s, lock, ticket, std::move(error));
   }
 }
 
-bool StreamImpl::push_locked(std::function<void()> task, uint64_t* ticket) {
+void StreamImpl::complete_locked(State& s, std::unique_lock<std::mutex>& lock, uint64_t ticket,
+                                 std::exception_ptr error) {
+  if (error && !s.error) s.error = std::move(error);
+  s.completed.store(ticket, std::memory_order_release);  // idle()'s acquire loads pair with it
+  // The worker checks `completed` under the mutex before it blocks for a helper's task.
+  const bool wake_worker = s.worker_blocked.load(std::memory_order_relaxed);
+  if (s.sync_waiters.load(std::memory_order_relaxed) > 0 || wake_worker) {
+    lock.unlock();
+    if (wake_worker) s.work_cv.notify_one();
+    s.done_cv.notify_all();
+    lock.lock();
+  }
+}
+
+void StreamImpl::help_through(State& s, uint64_t target) {
+  const void*& running_stream = running_stream_slot();
+  // A task of this stream waiting for a later one would wait for itself; leave it to the caller.
+  if (running_stream == &s) return;
+  if (s.fork_generation != g_fork_generation.load(std::memory_order_relaxed)) return;
+  std::unique_lock<std::mutex> lock(s.mutex);
+  for (;;) {
+    const uint64_t completed = s.completed.load(std::memory_order_seq_cst);
+    // Started elsewhere (the worker popped it, or run_sync runs one inline): that runner goes on.
+    if (s.queue.empty() || s.queue.front().ticket != completed + 1) return;
+    if (completed >= target && !s.queue.front().marker) return;
+    Task task = std::move(s.queue.front());
+    s.queue.pop_front();
+    lock.unlock();
+    std::exception_ptr error;
+    {
+      // As on the worker: the stream's device is current and the stream counts as running.
+      const int caller_device = npu::current_device();
+      bool switched = false;
+      if (caller_device != s.device) {
+        try {
+          npu::set_device(s.device);
+          switched = true;
+        } catch (const Error&) {
+          // A device index beyond SHMCCL_NPU_DEVICE_COUNT (tests make such streams).
+        }
+      }
+      const void* outer = std::exchange(running_stream, &s);
+      try {
+        task.run();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      task.run = nullptr;  // release the captures before completing, as the worker does
+      running_stream = outer;
+      if (switched) npu::set_device(caller_device);
+    }
+    lock.lock();
+    complete_locked(s, lock, task.ticket, std::move(error));
+  }
+}
+
+std::function<void()> StreamImpl::enqueue_helpable(std::function<void()> task) {
+  check_usable();
+  State& s = *state_;
+  std::unique_lock<std::mutex> lock(s.mutex);
+  uint64_t ticket = 0;
+  const bool wake = push_locked(std::move(task), &ticket);
+  lock.unlock();
+  if (wake) s.work_cv.notify_one();
+  return [weak = std::weak_ptr<State>(state_), ticket] {
+    if (const std::shared_ptr<State> state = weak.lock()) help_through(*state, ticket);
+  };
+}
+
+bool StreamImpl::push_locked(std::function<void()> task, uint64_t* ticket, bool marker) {
   State& s = *state_;
   // Not after stop: a task draining during destruction may still enqueue, and the worker that
   // is draining runs it; a new worker would outlive the stream.
@@ -200,7 +263,7 @@ bool StreamImpl::push_locked(std::function<void()> task, uint64_t* ticket) {
     s.worker = std::thread([state = state_] { worker_loop(state); });
   }
   const uint64_t mine = s.enqueued.fetch_add(1, std::memory_order_seq_cst) + 1;
-  s.queue.push_back(Task{mine, std::move(task)});
+  s.queue.push_back(Task{mine, std::move(task), marker});
   if (ticket != nullptr) *ticket = mine;
   // A task running inline holds an earlier ticket: the worker then waits for it (see worker_loop).
   if (s.worker_sleeping) {
@@ -358,21 +421,23 @@ void StreamImpl::record(const std::shared_ptr<EventState>& event) {
     event->error = nullptr;
     event->pending_generations.push_back(generation);
   }
-  // `raw` stays valid while the marker runs: only the worker runs it, and the worker holds a
+  // `raw` stays valid while the marker runs: the worker or a helper runs it, and each holds a
   // reference to the State.
   State* raw = &s;
-  const bool wake = push_locked([raw, event, generation] {
-    std::exception_ptr stream_error;
-    {
-      std::lock_guard<std::mutex> stream_lock(raw->mutex);
-      stream_error = raw->error;  // work queued before the record failed
-    }
-    {
-      std::lock_guard<std::mutex> event_lock(event->mutex);
-      complete_generation_locked(*event, generation, stream_error);
-    }
-    event->completed_cv.notify_all();
-  });
+  const bool wake = push_locked(
+      [raw, event, generation] {
+        std::exception_ptr stream_error;
+        {
+          std::lock_guard<std::mutex> stream_lock(raw->mutex);
+          stream_error = raw->error;  // work queued before the record failed
+        }
+        {
+          std::lock_guard<std::mutex> event_lock(event->mutex);
+          complete_generation_locked(*event, generation, stream_error);
+        }
+        event->completed_cv.notify_all();
+      },
+      /*ticket=*/nullptr, /*marker=*/true);
   lock.unlock();
   if (wake) s.work_cv.notify_one();
 }

@@ -68,6 +68,11 @@ class StreamImpl {
   // for running work.
   void enqueue(std::function<void()> task);
 
+  // Queues `task` like enqueue() and returns a callable that runs it on the calling thread if no
+  // one has started it yet (see help_through): a thread that must wait for it can do the work
+  // instead of sleeping through two thread hand-offs. The callable holds the stream weakly.
+  std::function<void()> enqueue_helpable(std::function<void()> task);
+
   // Runs `task` in stream order and returns when it is done, rethrowing its exception. When the
   // stream is idle the task runs on the calling thread (no hand-off) while the stream counts as
   // busy, so work queued meanwhile runs after it; otherwise it is queued and waited for. Called
@@ -108,6 +113,7 @@ class StreamImpl {
   struct Task {
     uint64_t ticket;
     std::function<void()> run;
+    bool marker = false;  // an event record's completion: short, never blocks
   };
   struct State {
     State(int device, uint64_t id);
@@ -136,10 +142,18 @@ class StreamImpl {
   };
 
   static void worker_loop(const std::shared_ptr<State>& state);
+  // Runs on the calling thread, in order, the queued tasks that no one has started, until ticket
+  // `target` has completed, then the event markers right behind it; stops early when the next
+  // task runs elsewhere (the worker, or run_sync inline), leaving the rest to the worker.
+  static void help_through(State& s, uint64_t target);
+  // Completes `ticket` (run by the worker or a helper): stores the error, advances `completed`
+  // and wakes who waits for it. Requires s.mutex held by `lock`; may unlock and relock it.
+  static void complete_locked(State& s, std::unique_lock<std::mutex>& lock, uint64_t ticket,
+                              std::exception_ptr error);
   void check_usable() const;
   // Queues `task` (its ticket into `*ticket` when given) and returns whether the worker needs a
   // notify (done after unlocking).
-  bool push_locked(std::function<void()> task, uint64_t* ticket = nullptr);
+  bool push_locked(std::function<void()> task, uint64_t* ticket = nullptr, bool marker = false);
   // Waits until state_->completed reaches `target` or `deadline`; false on timeout.
   bool wait_completed_locked(std::unique_lock<std::mutex>& lock, uint64_t target,
                              std::chrono::steady_clock::time_point deadline);

@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <chrono>
 #include <random>
+#include <thread>
 
 #include "collectives/reference.h"
 #include "core/config.h"
@@ -259,6 +261,43 @@ TEST_P(CollectivesTest, ManyAsyncInFlightCompleteInOrder) {
     work->synchronize();
     Tensor doubled = t + t;
     require_close(doubled, full({50000}, 2.0 * ctx.world, kFloat32), "synchronize");
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+}
+
+// Work::wait without a timeout runs a collective no one has started on the waiting thread,
+// with the ones queued before it (stream order). Waited out of order, from another thread whose
+// current device differs, host and NPU tensors alike (a host tensor's staging buffers belong to
+// the stream's device): every result is right.
+TEST_P(CollectivesTest, AsyncWorksWaitedOutOfOrderFromAnotherThread) {
+  const int world = GetParam();
+  auto results = testing::run_ranks(world, [](const testing::RankContext& ctx) {
+    use_small_chunks();
+    npu::set_device(ctx.rank % npu::device_count());
+    ctx.init();
+    constexpr int kCalls = 12;
+    for (int round = 0; round < 3; ++round) {
+      std::vector<Tensor> tensors;
+      std::vector<std::shared_ptr<Work>> works;
+      for (int i = 0; i < kCalls; ++i) {
+        const int64_t rows = (i % 3 == 0) ? 2000 : 5;  // work-pool and inline paths
+        Tensor t = full({rows}, i + ctx.rank, kInt64);
+        tensors.push_back(i % 2 ? t.npu() : t);
+        works.push_back(all_reduce(tensors.back(), ReduceOp::SUM, nullptr, /*async_op=*/true));
+      }
+      std::thread waiter([&] {
+        npu::set_device((ctx.rank + 1) % npu::device_count());
+        works[kCalls / 2]->wait();  // runs the first half in order if no one started them
+        works[kCalls - 1]->wait();
+      });
+      waiter.join();
+      for (int i = kCalls - 1; i >= 0; --i) {
+        require(works[i]->wait(std::chrono::milliseconds(0)), str("work ", i, " done"));
+        const int64_t expected = int64_t{ctx.world} * i + ctx.world * (ctx.world - 1) / 2;
+        require_close(tensors[i].cpu(), full({tensors[i].size(0)}, expected, kInt64),
+                      str("round ", round, " call ", i));
+      }
+    }
   });
   EXPECT_TRUE(testing::all_ranks_succeeded(results));
 }

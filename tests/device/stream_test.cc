@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <future>
 #include <latch>
 #include <memory>
@@ -342,6 +343,115 @@ TEST(StreamImplTest, ManyStreams) {
     stream.synchronize();
   for (int count : counts)
     EXPECT_EQ(count, kTasks);
+}
+
+// A thread that needs a queued task done runs it itself when no one has started it (Work::wait
+// of an asynchronous collective). Whether the worker, woken by the enqueue, takes it first is up
+// to the scheduler, so the test repeats until the helper wins once (almost always the first try;
+// never, without helping) and checks that run.
+TEST(StreamImplTest, HelperRunsATaskNoOneStartedOnItsThreadWithTheStreamsDevice) {
+  set_device(0);
+  auto impl = std::make_shared<StreamImpl>(/*device=*/3, /*id=*/1);
+  Stream stream(impl);
+  bool helped = false;
+  for (int attempt = 0; attempt < 10000 && !helped; ++attempt) {
+    std::thread::id ran_on;
+    int device_seen = -1;
+    bool stream_busy_inside = false;
+    std::function<void()> help = impl->enqueue_helpable([&] {
+      ran_on = std::this_thread::get_id();
+      device_seen = current_device();
+      stream_busy_inside = !impl->idle();
+    });
+    Event done;
+    done.record(stream);  // a marker right behind the task: the helper completes it too
+    help();
+    if (ran_on != std::this_thread::get_id()) {
+      stream.synchronize();  // the worker took it; try again
+      continue;
+    }
+    helped = true;
+    EXPECT_EQ(device_seen, 3);
+    EXPECT_EQ(current_device(), 0);  // the caller's device is back
+    EXPECT_TRUE(stream_busy_inside);
+    EXPECT_TRUE(done.query());
+    EXPECT_TRUE(impl->idle());
+    stream.synchronize();
+  }
+  EXPECT_TRUE(helped) << "the helper never ran the task in 10000 tries";
+}
+
+TEST(StreamImplTest, HelpedTaskErrorIsStoredLikeAQueuedOne) {
+  auto impl = make_impl();
+  bool helped = false;
+  for (int attempt = 0; attempt < 10000 && !helped; ++attempt) {
+    std::thread::id ran_on;
+    std::function<void()> help = impl->enqueue_helpable([&] {
+      ran_on = std::this_thread::get_id();
+      throw std::runtime_error("helped task failed");
+    });
+    EXPECT_NO_THROW(help());  // the task's error is the stream's, as on the worker
+    helped = ran_on == std::this_thread::get_id();
+    try {
+      impl->synchronize();
+      ADD_FAILURE() << "synchronize() did not rethrow";
+    } catch (const std::runtime_error& e) {
+      EXPECT_STREQ(e.what(), "helped task failed");
+    }
+  }
+  EXPECT_TRUE(helped);
+  EXPECT_NO_THROW(impl->synchronize());
+}
+
+TEST(StreamImplTest, HelperNeverRunsATaskBeforeOneTheWorkerRuns) {
+  auto impl = make_impl();
+  Gate gate;
+  std::promise<void> gate_started;
+  impl->enqueue([&, task = gate.task()] {
+    gate_started.set_value();
+    task();
+  });
+  gate_started.get_future().wait();  // the worker is inside the first task
+  std::thread::id ran_on;
+  std::function<void()> help = impl->enqueue_helpable([&] { ran_on = std::this_thread::get_id(); });
+  help();  // must return at once: the task is behind one running elsewhere
+  EXPECT_EQ(ran_on, std::thread::id());
+  EXPECT_FALSE(impl->idle());
+  gate.open();
+  impl->synchronize();
+  EXPECT_NE(ran_on, std::thread::id());
+  EXPECT_NE(ran_on, std::this_thread::get_id());
+}
+
+TEST(StreamImplTest, HelperOfAFinishedTaskOrADestroyedStreamDoesNothing) {
+  std::function<void()> help;
+  int runs = 0;
+  {
+    auto impl = make_impl();
+    help = impl->enqueue_helpable([&] { ++runs; });
+    impl->synchronize();
+    EXPECT_EQ(runs, 1);
+    help();  // already done
+    EXPECT_EQ(runs, 1);
+  }
+  help();  // the stream is gone (the helper holds it weakly)
+  EXPECT_EQ(runs, 1);
+}
+
+TEST(StreamImplTest, HelperInsideTheStreamsOwnTaskDoesNotWaitForItself) {
+  auto impl = make_impl();
+  bool later_ran = false;
+  std::function<void()> help_later;
+  std::promise<void> helped;
+  impl->enqueue([&] {
+    help_later = impl->enqueue_helpable([&] { later_ran = true; });
+    help_later();  // a later task of this stream: it cannot run before this one ends
+    EXPECT_FALSE(later_ran);
+    helped.set_value();
+  });
+  helped.get_future().wait();
+  impl->synchronize();
+  EXPECT_TRUE(later_ran);
 }
 
 TEST(StreamTest, WrapsImpl) {
