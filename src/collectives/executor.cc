@@ -18,6 +18,7 @@
 #include "core/memory_order.h"
 #include "device/device_context.h"
 #include "device/kernels.h"
+#include "device/stream_impl.h"
 
 namespace shmccl::collectives {
 namespace {
@@ -590,9 +591,10 @@ void run(detail::GroupState& state, const OpPlan& plan) {
     };
     // Every rank that waits here waits for the same arrivals: a shared wait (the collective's
     // sequence names it), beside which ranks sharing a core spin instead of yielding to each
-    // other (transport/core_mates.h). Not for an asynchronous call: its wait runs on a stream's
-    // thread, and the caller's thread may need the core meanwhile.
-    const uint64_t shared_wait = plan.async_op ? 0 : sequence;
+    // other (transport/core_mates.h). Not for an asynchronous call on a stream's thread: the
+    // caller's thread may need the core meanwhile (but a waiter running it is that thread).
+    const uint64_t shared_wait =
+        plan.async_op && !npu::detail::running_helped_task() ? 0 : sequence;
     // A payload of a few lines in the inline areas costs one line transfer more than one in the
     // arrival line, unless its lines are asked for while the arrival is awaited (its writer
     // stores them first): asked for before each check, they travel with the arrival line in the

@@ -60,6 +60,10 @@ constexpr std::array kSettings = {
     Setting{"SHMCCL_MATE_SPIN_TIME", Kind::kSeconds, "20us",
             "when ranks outnumber cores: how long a waiting rank spins instead of yielding while "
             "every rank on its core waits for the same collective (0: always yield)"},
+    Setting{"SHMCCL_HELPED_POLL_TIME", Kind::kSeconds, "1ms",
+            "while Work::wait() runs the asynchronous collectives it waits for itself, the "
+            "stream's idle thread is not woken for each new one but looks for work no one waits "
+            "for this often (0: wake it for each)"},
     Setting{"SHMCCL_TRACE_BUFFER_SIZE", Kind::kInt, "2000",
             "flight recorder: collectives remembered per process group (0: off); written to the "
             "log and SHMCCL_TRACE_FILE on a timeout, a dead peer, a mismatch or SIGUSR1"},

@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "core/check.h"
+#include "core/config.h"
 #include "core/logging.h"
 #include "core/signal_mask.h"
 #include "shmccl/npu.hpp"
@@ -43,11 +44,23 @@ uint64_t fork_generation() {
 // for its whole life, run_sync around an inline task. Lets run_sync nest and synchronize refuse
 // to wait for itself.
 thread_local const void* t_running_stream = nullptr;
+// Set while a helper (not a worker) runs a task: see running_helped_task().
+thread_local bool t_running_helped_task = false;
 
 // The address of t_running_stream. Out of line: in a shared library every access to a
 // thread_local is a call, which the compiler repeats after each call it cannot see into.
 [[gnu::noinline]] const void*& running_stream_slot() {
   return t_running_stream;
+}
+
+// Helped streams (see State::helped_until): the idle worker keeps polling for this many poll
+// periods (SHMCCL_HELPED_POLL_TIME) after the last helped task.
+constexpr int kHelpedWindowPolls = 10;
+
+std::chrono::nanoseconds helped_poll_period() {
+  static const auto period = std::chrono::nanoseconds(
+      static_cast<int64_t>(config::get_seconds("SHMCCL_HELPED_POLL_TIME") * 1e9));
+  return period;
 }
 
 std::string describe(const std::exception_ptr& error) {
@@ -73,6 +86,10 @@ void complete_generation_locked(EventState& event, uint64_t generation,
 
 }  // namespace
 
+bool running_helped_task() {
+  return t_running_helped_task;
+}
+
 bool generation_completed_locked(const EventState& event, uint64_t generation) {
   return std::find(event.pending_generations.begin(), event.pending_generations.end(),
                    generation) == event.pending_generations.end();
@@ -85,7 +102,10 @@ void wait_event_completed(EventState& event) {
 }
 
 StreamImpl::State::State(int device_index, uint64_t stream_id)
-    : device(device_index), id(stream_id), fork_generation(detail::fork_generation()) {}
+    : device(device_index),
+      id(stream_id),
+      fork_generation(detail::fork_generation()),
+      poll_period(helped_poll_period()) {}
 
 StreamImpl::StreamImpl(int device, uint64_t id)
     : device_(device), id_(id), state_(std::make_shared<State>(device, id)) {}
@@ -154,7 +174,14 @@ void StreamImpl::worker_loop(const std::shared_ptr<State>& state) {
       // (e.g. enqueue + synchronize 7.6 -> 10.5 us), as the spinner takes the core the thread it
       // waits for needs.
       s.worker_sleeping = true;
-      s.work_cv.wait(lock);
+      const auto now = std::chrono::steady_clock::now();
+      if (now < s.helped_until) {
+        s.worker_polling = true;
+        s.work_cv.wait_until(lock, now + s.poll_period);
+        s.worker_polling = false;
+      } else {
+        s.work_cv.wait(lock);
+      }
       s.worker_sleeping = false;
       continue;
     }
@@ -212,6 +239,9 @@ void StreamImpl::help_through(State& s, uint64_t target) {
     if (completed >= target && !s.queue.front().marker) return;
     Task task = std::move(s.queue.front());
     s.queue.pop_front();
+    if (!task.marker && s.poll_period.count() > 0) {
+      s.helped_until = std::chrono::steady_clock::now() + kHelpedWindowPolls * s.poll_period;
+    }
     lock.unlock();
     std::exception_ptr error;
     {
@@ -227,12 +257,14 @@ void StreamImpl::help_through(State& s, uint64_t target) {
         }
       }
       const void* outer = std::exchange(running_stream, &s);
+      const bool outer_helped = std::exchange(t_running_helped_task, true);
       try {
         task.run();
       } catch (...) {
         error = std::current_exception();
       }
       task.run = nullptr;  // release the captures before completing, as the worker does
+      t_running_helped_task = outer_helped;
       running_stream = outer;
       if (switched) npu::set_device(caller_device);
     }
@@ -246,7 +278,7 @@ std::function<void()> StreamImpl::enqueue_helpable(std::function<void()> task) {
   State& s = *state_;
   std::unique_lock<std::mutex> lock(s.mutex);
   uint64_t ticket = 0;
-  const bool wake = push_locked(std::move(task), &ticket);
+  const bool wake = push_locked(std::move(task), &ticket, /*marker=*/false, /*helpable=*/true);
   lock.unlock();
   if (wake) s.work_cv.notify_one();
   return [weak = std::weak_ptr<State>(state_), ticket] {
@@ -254,7 +286,8 @@ std::function<void()> StreamImpl::enqueue_helpable(std::function<void()> task) {
   };
 }
 
-bool StreamImpl::push_locked(std::function<void()> task, uint64_t* ticket, bool marker) {
+bool StreamImpl::push_locked(std::function<void()> task, uint64_t* ticket, bool marker,
+                             bool helpable) {
   State& s = *state_;
   // Not after stop: a task draining during destruction may still enqueue, and the worker that
   // is draining runs it; a new worker would outlive the stream.
@@ -266,7 +299,8 @@ bool StreamImpl::push_locked(std::function<void()> task, uint64_t* ticket, bool 
   s.queue.push_back(Task{mine, std::move(task), marker});
   if (ticket != nullptr) *ticket = mine;
   // A task running inline holds an earlier ticket: the worker then waits for it (see worker_loop).
-  if (s.worker_sleeping) {
+  // A polling worker finds a helpable task or a marker within a period, if no waiter ran it.
+  if (s.worker_sleeping && !(s.worker_polling && (helpable || marker))) {
     s.worker_sleeping = false;
     return true;
   }

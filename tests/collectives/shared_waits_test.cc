@@ -4,7 +4,8 @@
 // collective's arrival (a shared wait: every rank waits for the same arrivals), so that a rank
 // whose core-mates all wait there spins instead of yielding to them (transport/core_mates.h).
 // Waits whose slots cannot show every rank that may share the core publish nothing: a sub-group
-// of the job, an asynchronous call (the caller's thread may need the core), and
+// of the job, an asynchronous call run by the stream's thread (the caller's thread may need the
+// core; a Work::wait() that runs the call itself waits as a synchronous call does), and
 // SHMCCL_MATE_SPIN_TIME=0.
 #include <gtest/gtest.h>
 #include <sched.h>
@@ -134,7 +135,9 @@ void expect_nothing_published(int world, bool async_op, bool sub_group, const ch
                   str("rank ", r, " published a wait: ", transport.slot(r).waits_in.load()));
         }
       }
-      group->all_reduce(tensor, ReduceOp::SUM, async_op)->wait();
+      // A wait with a timeout never runs the call on this thread: the stream's thread does.
+      require(group->all_reduce(tensor, ReduceOp::SUM, async_op)->wait(std::chrono::minutes(1)),
+              "all_reduce finished");
       require(tensor.cpu().to_vector<int32_t>() == std::vector<int32_t>(4, group->size()),
               "all_reduce result");
     }

@@ -403,6 +403,32 @@ TEST(StreamImplTest, HelpedTaskErrorIsStoredLikeAQueuedOne) {
   EXPECT_NO_THROW(impl->synchronize());
 }
 
+// Once waiters run its tasks, the idle worker polls instead of being woken for each helpable
+// task. A task no one waits for must still run on its own, and a marker behind it complete.
+TEST(StreamImplTest, HelpableTaskNoOneWaitsForRunsOnItsOwnAfterHelpedOnes) {
+  auto impl = make_impl();
+  Stream stream(impl);
+  bool helped = false;
+  for (int attempt = 0; attempt < 10000 && !helped; ++attempt) {
+    std::thread::id ran_on;
+    impl->enqueue_helpable([&] { ran_on = std::this_thread::get_id(); })();
+    helped = ran_on == std::this_thread::get_id();
+    impl->synchronize();
+  }
+  ASSERT_TRUE(helped);
+  for (int i = 0; i < 20; ++i) {
+    std::promise<std::thread::id> ran_on;
+    auto ran_on_future = ran_on.get_future();
+    (void)impl->enqueue_helpable([&] { ran_on.set_value(std::this_thread::get_id()); });
+    Event done;
+    done.record(stream);
+    // No helper, no synchronize: only the worker can run it. Generous bound, for loaded CI.
+    ASSERT_EQ(ran_on_future.wait_for(10s), std::future_status::ready) << "call " << i;
+    EXPECT_NE(ran_on_future.get(), std::this_thread::get_id());
+    done.synchronize();  // blocks without waking the worker: its poll completes the marker
+  }
+}
+
 TEST(StreamImplTest, HelperNeverRunsATaskBeforeOneTheWorkerRuns) {
   auto impl = make_impl();
   Gate gate;
