@@ -51,8 +51,9 @@ class Work {
   void finish(std::exception_ptr error = nullptr);
   // For the library: the event recorded on the communication stream when the work is done.
   void set_completion_event(npu::Event event);
-  // For the library: runs the collective on the calling thread if no one has started it yet.
-  void set_helper(std::function<void()> help);
+  // For the library: help(true) runs the collective on the calling thread if no one has started
+  // it yet; help(false) makes the stream's thread start it now.
+  void set_helper(std::function<void(bool run_here)> help);
 
  private:
   const std::string description_;
@@ -61,7 +62,8 @@ class Work {
   std::condition_variable completed_cv_;
   bool completed_ = false;
   std::exception_ptr error_;
-  std::function<void()> help_;  // taken by the first wait() without a timeout
+  // Set once, before the Work is handed out, and never changed: read without the mutex.
+  std::function<void(bool run_here)> help_;
   bool has_event_ = false;
   npu::Event completion_event_;
 };

@@ -11,6 +11,11 @@ Work::Work(std::string description, uint64_t sequence)
     : description_(std::move(description)), sequence_(sequence) {}
 
 bool Work::is_completed() const {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (completed_ || !help_) return completed_;
+  }
+  help_(/*run_here=*/false);  // a caller polling for it wants it started, not at the next poll
   std::lock_guard<std::mutex> lock(mutex_);
   return completed_;
 }
@@ -27,12 +32,12 @@ std::exception_ptr Work::exception() const {
 
 bool Work::wait(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mutex_);
-  if (timeout.count() < 0 && !completed_ && help_) {
-    // No deadline to keep: run the collective here if it has not started (it would block this
-    // thread just as long on the worker, plus the hand-offs).
-    std::function<void()> help = std::exchange(help_, nullptr);
+  if (!completed_ && help_) {
     lock.unlock();
-    help();
+    // No deadline to keep: run the collective here if it has not started (it would block this
+    // thread just as long on the stream's thread, plus the hand-offs). With one: a collective
+    // run here could not be left when it passes, so only make sure that thread starts it now.
+    help_(/*run_here=*/timeout.count() < 0);
     lock.lock();
   }
   if (timeout.count() < 0) {
@@ -56,6 +61,7 @@ void Work::synchronize() {
     }
     event = completion_event_;
   }
+  if (help_) help_(/*run_here=*/false);  // the stream waiting for it needs it started
   npu::current_stream(npu::current_device()).wait_event(event);
 }
 
@@ -69,7 +75,7 @@ void Work::finish(std::exception_ptr error) {
   completed_cv_.notify_all();
 }
 
-void Work::set_helper(std::function<void()> help) {
+void Work::set_helper(std::function<void(bool run_here)> help) {
   std::lock_guard<std::mutex> lock(mutex_);
   help_ = std::move(help);
 }

@@ -57,10 +57,10 @@ thread_local bool t_running_helped_task = false;
 // periods (SHMCCL_HELPED_POLL_TIME) after the last helped task.
 constexpr int kHelpedWindowPolls = 10;
 
+// Read as each stream is made (rarely): tests set it per stream.
 std::chrono::nanoseconds helped_poll_period() {
-  static const auto period = std::chrono::nanoseconds(
+  return std::chrono::nanoseconds(
       static_cast<int64_t>(config::get_seconds("SHMCCL_HELPED_POLL_TIME") * 1e9));
-  return period;
 }
 
 std::string describe(const std::exception_ptr& error) {
@@ -273,7 +273,16 @@ void StreamImpl::help_through(State& s, uint64_t target) {
   }
 }
 
-std::function<void()> StreamImpl::enqueue_helpable(std::function<void()> task) {
+void StreamImpl::start_now(State& s, uint64_t target) {
+  if (s.fork_generation != g_fork_generation.load(std::memory_order_relaxed)) return;
+  std::unique_lock<std::mutex> lock(s.mutex);
+  if (s.completed.load(std::memory_order_relaxed) >= target || !s.worker_sleeping) return;
+  s.worker_sleeping = false;
+  lock.unlock();
+  s.work_cv.notify_one();
+}
+
+std::function<void(bool)> StreamImpl::enqueue_helpable(std::function<void()> task) {
   check_usable();
   State& s = *state_;
   std::unique_lock<std::mutex> lock(s.mutex);
@@ -281,8 +290,14 @@ std::function<void()> StreamImpl::enqueue_helpable(std::function<void()> task) {
   const bool wake = push_locked(std::move(task), &ticket, /*marker=*/false, /*helpable=*/true);
   lock.unlock();
   if (wake) s.work_cv.notify_one();
-  return [weak = std::weak_ptr<State>(state_), ticket] {
-    if (const std::shared_ptr<State> state = weak.lock()) help_through(*state, ticket);
+  return [weak = std::weak_ptr<State>(state_), ticket](bool run_here) {
+    const std::shared_ptr<State> state = weak.lock();
+    if (state == nullptr) return;
+    if (run_here) {
+      help_through(*state, ticket);
+    } else {
+      start_now(*state, ticket);
+    }
   };
 }
 
@@ -405,6 +420,12 @@ bool StreamImpl::idle() const {
   // unordered anyway.
   const uint64_t completed = state_->completed.load(std::memory_order_acquire);
   return completed == state_->enqueued.load(std::memory_order_acquire);
+}
+
+bool StreamImpl::worker_polls() const {
+  check_usable();
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->worker_sleeping && state_->worker_polling;
 }
 
 uint64_t StreamImpl::pending() const {

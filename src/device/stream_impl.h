@@ -68,10 +68,13 @@ class StreamImpl {
   // for running work.
   void enqueue(std::function<void()> task);
 
-  // Queues `task` like enqueue() and returns a callable that runs it on the calling thread if no
-  // one has started it yet (see help_through): a thread that must wait for it can do the work
-  // instead of sleeping through two thread hand-offs. The callable holds the stream weakly.
-  std::function<void()> enqueue_helpable(std::function<void()> task);
+  // Queues `task` like enqueue() and returns a callable for a thread that needs it done. Called
+  // with run_here = true, it runs the task on the calling thread if no one has started it yet
+  // (see help_through): a thread that must wait for it can do the work instead of sleeping
+  // through two thread hand-offs. With run_here = false it only makes sure the worker starts it
+  // now, not at its next poll (see State::helped_until): for a thread that waits with a deadline
+  // or orders another stream after it. The callable holds the stream weakly.
+  std::function<void(bool run_here)> enqueue_helpable(std::function<void()> task);
 
   // Runs `task` in stream order and returns when it is done, rethrowing its exception. When the
   // stream is idle the task runs on the calling thread (no hand-off) while the stream counts as
@@ -80,6 +83,9 @@ class StreamImpl {
   // by earlier tasks stay stored (they surface at synchronize()).
   void run_sync(const std::function<void()>& task);
 
+  // True when the worker sleeps in a poll (see State::helped_until): helpable tasks queued now
+  // wait for a helper, start_now or the poll's end. For tests and diagnostics.
+  bool worker_polls() const;
   // True when nothing is queued or running. Never waits for work.
   bool idle() const;
   // Tasks accepted but not finished: queued, running on the worker or running inline.
@@ -154,6 +160,8 @@ class StreamImpl {
   // `target` has completed, then the event markers right behind it; stops early when the next
   // task runs elsewhere (the worker, or run_sync inline), leaving the rest to the worker.
   static void help_through(State& s, uint64_t target);
+  // Wakes a polling worker while ticket `target` has not completed.
+  static void start_now(State& s, uint64_t target);
   // Completes `ticket` (run by the worker or a helper): stores the error, advances `completed`
   // and wakes who waits for it. Requires s.mutex held by `lock`; may unlock and relock it.
   static void complete_locked(State& s, std::unique_lock<std::mutex>& lock, uint64_t ticket,

@@ -302,6 +302,54 @@ TEST_P(CollectivesTest, AsyncWorksWaitedOutOfOrderFromAnotherThread) {
   EXPECT_TRUE(testing::all_ranks_succeeded(results));
 }
 
+// While helped waits make the group's stream thread poll instead of being woken (here once an
+// hour), a call waited otherwise must still start at once: polled with is_completed(), waited
+// with a timeout (which never runs it on the caller), or ordered before the caller's stream.
+TEST_P(CollectivesTest, AsyncWorksPolledOrWaitedWithATimeoutStartAtOnce) {
+  const int world = GetParam();
+  auto results = testing::run_ranks(world, [](const testing::RankContext& ctx) {
+    setenv("SHMCCL_HELPED_POLL_TIME", "1h", 1);
+    config::reload();
+    npu::set_device(ctx.rank % npu::device_count());
+    ctx.init();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    auto expect_sum = [&](const Tensor& t, int64_t base, const std::string& what) {
+      const int64_t expected = int64_t{ctx.world} * base + ctx.world * (ctx.world - 1) / 2;
+      require_close(t.cpu(), full({t.size(0)}, expected, kInt64), what);
+    };
+    for (int round = 0; round < 5; ++round) {
+      for (int i = 0; i < 3; ++i) {  // helped waits (mostly): the stream's thread polls
+        Tensor t = full({8}, 10 + ctx.rank, kInt64).npu();
+        all_reduce(t, ReduceOp::SUM, nullptr, /*async_op=*/true)->wait();
+        expect_sum(t, 10, str("helped wait, round ", round));
+      }
+      Tensor polled = full({8}, 20 + ctx.rank, kInt64).npu();
+      auto work = all_reduce(polled, ReduceOp::SUM, nullptr, /*async_op=*/true);
+      while (!work->is_completed()) {
+        require(std::chrono::steady_clock::now() < deadline, "the polled call never finished");
+        std::this_thread::yield();
+      }
+      expect_sum(polled, 20, str("polled, round ", round));
+
+      Tensor timed = full({8}, 30 + ctx.rank, kInt64).npu();
+      require(all_reduce(timed, ReduceOp::SUM, nullptr, true)->wait(std::chrono::seconds(60)),
+              "the call waited with a timeout never finished");
+      expect_sum(timed, 30, str("waited with a timeout, round ", round));
+
+      Tensor ordered = full({8}, 40 + ctx.rank, kInt64).npu();
+      all_reduce(ordered, ReduceOp::SUM, nullptr, true)->synchronize();
+      npu::Event after;
+      after.record();  // on the current stream, behind its wait for the collective
+      while (!after.query()) {
+        require(std::chrono::steady_clock::now() < deadline, "the ordered call never finished");
+        std::this_thread::yield();
+      }
+      expect_sum(ordered, 40, str("stream-ordered, round ", round));
+    }
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+}
+
 TEST_P(CollectivesTest, SubGroupsLiveTogether) {
   const int world = GetParam();
   if (world < 2) GTEST_SKIP() << "needs two ranks";

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <functional>
 #include <future>
 #include <latch>
@@ -16,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/config.h"
 #include "device/device_context.h"
 #include "device/stream_impl.h"
 #include "shmccl/error.hpp"
@@ -358,14 +360,14 @@ TEST(StreamImplTest, HelperRunsATaskNoOneStartedOnItsThreadWithTheStreamsDevice)
     std::thread::id ran_on;
     int device_seen = -1;
     bool stream_busy_inside = false;
-    std::function<void()> help = impl->enqueue_helpable([&] {
+    std::function<void(bool)> help = impl->enqueue_helpable([&] {
       ran_on = std::this_thread::get_id();
       device_seen = current_device();
       stream_busy_inside = !impl->idle();
     });
     Event done;
     done.record(stream);  // a marker right behind the task: the helper completes it too
-    help();
+    help(true);
     if (ran_on != std::this_thread::get_id()) {
       stream.synchronize();  // the worker took it; try again
       continue;
@@ -386,11 +388,11 @@ TEST(StreamImplTest, HelpedTaskErrorIsStoredLikeAQueuedOne) {
   bool helped = false;
   for (int attempt = 0; attempt < 10000 && !helped; ++attempt) {
     std::thread::id ran_on;
-    std::function<void()> help = impl->enqueue_helpable([&] {
+    std::function<void(bool)> help = impl->enqueue_helpable([&] {
       ran_on = std::this_thread::get_id();
       throw std::runtime_error("helped task failed");
     });
-    EXPECT_NO_THROW(help());  // the task's error is the stream's, as on the worker
+    EXPECT_NO_THROW(help(true));  // the task's error is the stream's, as on the worker
     helped = ran_on == std::this_thread::get_id();
     try {
       impl->synchronize();
@@ -403,19 +405,24 @@ TEST(StreamImplTest, HelpedTaskErrorIsStoredLikeAQueuedOne) {
   EXPECT_NO_THROW(impl->synchronize());
 }
 
+// Queues helpable tasks and helps each until the caller, not the worker, ran one (whether the
+// worker takes a task first is up to the scheduler). False if that never happened.
+bool help_until_helped(StreamImpl& impl) {
+  for (int attempt = 0; attempt < 10000; ++attempt) {
+    std::thread::id ran_on;
+    impl.enqueue_helpable([&] { ran_on = std::this_thread::get_id(); })(true);
+    impl.synchronize();
+    if (ran_on == std::this_thread::get_id()) return true;
+  }
+  return false;
+}
+
 // Once waiters run its tasks, the idle worker polls instead of being woken for each helpable
 // task. A task no one waits for must still run on its own, and a marker behind it complete.
 TEST(StreamImplTest, HelpableTaskNoOneWaitsForRunsOnItsOwnAfterHelpedOnes) {
   auto impl = make_impl();
   Stream stream(impl);
-  bool helped = false;
-  for (int attempt = 0; attempt < 10000 && !helped; ++attempt) {
-    std::thread::id ran_on;
-    impl->enqueue_helpable([&] { ran_on = std::this_thread::get_id(); })();
-    helped = ran_on == std::this_thread::get_id();
-    impl->synchronize();
-  }
-  ASSERT_TRUE(helped);
+  ASSERT_TRUE(help_until_helped(*impl));
   for (int i = 0; i < 20; ++i) {
     std::promise<std::thread::id> ran_on;
     auto ran_on_future = ran_on.get_future();
@@ -429,6 +436,30 @@ TEST(StreamImplTest, HelpableTaskNoOneWaitsForRunsOnItsOwnAfterHelpedOnes) {
   }
 }
 
+// A thread that waits with a deadline, or orders another stream after the task, asks the
+// polling worker to start it now (run_here = false). With an hour-long poll, only that can.
+TEST(StreamImplTest, StartNowWakesAPollingWorker) {
+  setenv("SHMCCL_HELPED_POLL_TIME", "1h", 1);
+  config::reload();
+  auto impl = make_impl();
+  unsetenv("SHMCCL_HELPED_POLL_TIME");
+  config::reload();
+  ASSERT_TRUE(help_until_helped(*impl));
+  // The worker polls once an hour from its next idle moment on.
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!impl->worker_polls()) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the worker never polled";
+    std::this_thread::yield();
+  }
+  std::promise<void> ran;
+  auto ran_future = ran.get_future();
+  std::function<void(bool)> help = impl->enqueue_helpable([&] { ran.set_value(); });
+  EXPECT_EQ(ran_future.wait_for(kProbe), std::future_status::timeout);  // not woken for it
+  help(false);
+  ASSERT_EQ(ran_future.wait_for(10s), std::future_status::ready);
+  impl->synchronize();
+}
+
 TEST(StreamImplTest, HelperNeverRunsATaskBeforeOneTheWorkerRuns) {
   auto impl = make_impl();
   Gate gate;
@@ -439,8 +470,9 @@ TEST(StreamImplTest, HelperNeverRunsATaskBeforeOneTheWorkerRuns) {
   });
   gate_started.get_future().wait();  // the worker is inside the first task
   std::thread::id ran_on;
-  std::function<void()> help = impl->enqueue_helpable([&] { ran_on = std::this_thread::get_id(); });
-  help();  // must return at once: the task is behind one running elsewhere
+  std::function<void(bool)> help =
+      impl->enqueue_helpable([&] { ran_on = std::this_thread::get_id(); });
+  help(true);  // must return at once: the task is behind one running elsewhere
   EXPECT_EQ(ran_on, std::thread::id());
   EXPECT_FALSE(impl->idle());
   gate.open();
@@ -450,28 +482,28 @@ TEST(StreamImplTest, HelperNeverRunsATaskBeforeOneTheWorkerRuns) {
 }
 
 TEST(StreamImplTest, HelperOfAFinishedTaskOrADestroyedStreamDoesNothing) {
-  std::function<void()> help;
+  std::function<void(bool)> help;
   int runs = 0;
   {
     auto impl = make_impl();
     help = impl->enqueue_helpable([&] { ++runs; });
     impl->synchronize();
     EXPECT_EQ(runs, 1);
-    help();  // already done
+    help(true);  // already done
     EXPECT_EQ(runs, 1);
   }
-  help();  // the stream is gone (the helper holds it weakly)
+  help(true);  // the stream is gone (the helper holds it weakly)
   EXPECT_EQ(runs, 1);
 }
 
 TEST(StreamImplTest, HelperInsideTheStreamsOwnTaskDoesNotWaitForItself) {
   auto impl = make_impl();
   bool later_ran = false;
-  std::function<void()> help_later;
+  std::function<void(bool)> help_later;
   std::promise<void> helped;
   impl->enqueue([&] {
     help_later = impl->enqueue_helpable([&] { later_ran = true; });
-    help_later();  // a later task of this stream: it cannot run before this one ends
+    help_later(true);  // a later task of this stream: it cannot run before this one ends
     EXPECT_FALSE(later_ran);
     helped.set_value();
   });
