@@ -90,7 +90,9 @@ std::shared_ptr<Work> enqueue(detail::GroupState& state, const OpPlan& plan, int
                               Ordering ordering) {
   auto work = std::make_shared<Work>(plan.name, plan.sequence);
   npu::detail::StreamImpl& comm = state.comm_stream();
-  if (device >= 0 && ordering == Ordering::kCallerStream) {
+  // An idle caller's stream has nothing to order after (the common case: no event to make).
+  if (device >= 0 && ordering == Ordering::kCallerStream &&
+      !device::current_stream_impl(device).idle()) {
     npu::Event ready;
     ready.record(npu::current_stream(device));
     comm.wait(ready.state());

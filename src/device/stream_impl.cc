@@ -245,7 +245,8 @@ void StreamImpl::help_through(State& s, uint64_t target) {
     lock.unlock();
     std::exception_ptr error;
     {
-      // As on the worker: the stream's device is current and the stream counts as running.
+      // As on the worker: the stream's device is current and the stream counts as running. The
+      // caller's current streams stay current: a helpable task (a collective) queues nothing.
       const int caller_device = npu::current_device();
       bool switched = false;
       if (caller_device != s.device) {

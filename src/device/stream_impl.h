@@ -73,7 +73,8 @@ class StreamImpl {
   // (see help_through): a thread that must wait for it can do the work instead of sleeping
   // through two thread hand-offs. With run_here = false it only makes sure the worker starts it
   // now, not at its next poll (see State::helped_until): for a thread that waits with a deadline
-  // or orders another stream after it. The callable holds the stream weakly.
+  // or orders another stream after it. The callable holds the stream weakly. The task must not
+  // queue work on the current stream: on a helper that is the caller's, not the worker's.
   std::function<void(bool run_here)> enqueue_helpable(std::function<void()> task);
 
   // Runs `task` in stream order and returns when it is done, rethrowing its exception. When the

@@ -7,11 +7,14 @@
 #include <stdlib.h>
 
 #include <chrono>
+#include <future>
 #include <random>
 #include <thread>
 
 #include "collectives/reference.h"
 #include "core/config.h"
+#include "device/device_context.h"
+#include "device/stream_impl.h"
 #include "multiprocess.h"
 
 namespace shmccl {
@@ -345,6 +348,51 @@ TEST_P(CollectivesTest, AsyncWorksPolledOrWaitedWithATimeoutStartAtOnce) {
         std::this_thread::yield();
       }
       expect_sum(ordered, 40, str("stream-ordered, round ", round));
+    }
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+}
+
+// A collective starts only after the work already queued on the caller's current stream (as
+// with NCCL): here a fill held back behind a gate. Asynchronous: the call must not complete
+// while the gate is shut. Synchronous: the call blocks until another thread opens it.
+TEST_P(CollectivesTest, CollectivesStartAfterWorkQueuedOnTheCallersStream) {
+  const int world = GetParam();
+  auto results = testing::run_ranks(world, [](const testing::RankContext& ctx) {
+    const int device = ctx.rank % npu::device_count();
+    npu::set_device(device);
+    ctx.init();
+    npu::detail::StreamImpl& stream = device::current_stream_impl(device);
+    const int64_t expected = int64_t{ctx.world} * (ctx.world + 1) / 2;
+    for (bool async : {true, false}) {
+      std::promise<void> gate;
+      std::shared_future<void> opened = gate.get_future().share();
+      Tensor tensor = zeros({16}, kInt64).npu();
+      stream.enqueue([opened] { opened.wait(); });
+      tensor.fill_(ctx.rank + 1);  // queued behind the gate
+      if (async) {
+        auto work = all_reduce(tensor, ReduceOp::SUM, nullptr, /*async_op=*/true);
+        // The ranks left init_process_group together: within the probe every rank has queued
+        // its call, which would complete if it did not wait for the fill (and the fill would
+        // then overwrite its result).
+        const auto probe_end = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+        while (std::chrono::steady_clock::now() < probe_end) {
+          require(!work->is_completed(), "the collective completed before the queued fill");
+          std::this_thread::yield();
+        }
+        gate.set_value();
+        work->wait();
+      } else {
+        // Opens the gate once the synchronous call has queued behind the fill (gate, fill, call).
+        std::thread opener([&] {
+          while (stream.pending() < 3)
+            std::this_thread::yield();
+          gate.set_value();
+        });
+        all_reduce(tensor);
+        opener.join();
+      }
+      require_close(tensor.cpu(), full({16}, expected, kInt64), async ? "async" : "sync");
     }
   });
   EXPECT_TRUE(testing::all_ranks_succeeded(results));
