@@ -6,6 +6,7 @@
 // descriptor and buffer addresses resolved.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -70,7 +71,8 @@ struct OpPlan : CallFields {
     auto copy = std::make_shared<OpPlan>();
     static_cast<CallFields&>(*copy) = *this;
     copy->kind = kind;
-    copy->splits = splits;
+    // Only [0, num_splits) is ever read: the whole array is 8 bytes per possible rank.
+    std::copy_n(splits.begin(), num_splits, copy->splits.begin());
     copy->sequence = sequence;
     copy->async_op = async_op;
     if (input_ != nullptr) copy->own_input(*input_);

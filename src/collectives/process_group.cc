@@ -16,6 +16,7 @@
 #include "core/logging.h"
 #include "core/storage.h"
 #include "device/device_context.h"
+#include "device/stream_impl.h"
 #include "shmccl/npu.hpp"
 
 namespace shmccl {
@@ -97,18 +98,22 @@ std::shared_ptr<Work> enqueue(detail::GroupState& state, const OpPlan& plan, int
     ready.record(npu::current_stream(device));
     comm.wait(ready.state());
   }
-  // Work::wait may run the collective itself; the helper holds the stream weakly, not the task.
-  work->set_helper(comm.enqueue_helpable([&state, owned = plan.owned_copy(), work] {
-    try {
-      collectives::execute(state, *owned);
-      work->finish();
-    } catch (...) {
-      work->finish(std::current_exception());
-    }
-  }));
+  // The event Work::synchronize orders streams after, completed by the collective's task itself
+  // (a marker behind it would cost a queue entry and a task per call).
   npu::Event done;
-  comm.record(done.state());
+  const uint64_t generation = npu::detail::begin_task_record(*done.state());
   work->set_completion_event(done);
+  // Work::wait may run the collective itself; the helper holds the stream weakly, not the task.
+  work->set_helper(comm.enqueue_helpable(
+      [&state, owned = plan.owned_copy(), work, event = done.state(), generation] {
+        try {
+          collectives::execute(state, *owned);
+          work->finish();
+        } catch (...) {
+          work->finish(std::current_exception());
+        }
+        npu::detail::complete_task_record(*event, generation);
+      }));
   return work;
 }
 

@@ -95,6 +95,24 @@ bool generation_completed_locked(const EventState& event, uint64_t generation) {
                    generation) == event.pending_generations.end();
 }
 
+uint64_t begin_task_record(EventState& event) {
+  std::lock_guard<std::mutex> lock(event.mutex);
+  const uint64_t generation = ++event.record_generation;
+  event.recorded = true;
+  event.completed = false;
+  event.error = nullptr;
+  event.pending_generations.push_back(generation);
+  return generation;
+}
+
+void complete_task_record(EventState& event, uint64_t generation) {
+  {
+    std::lock_guard<std::mutex> lock(event.mutex);
+    complete_generation_locked(event, generation, nullptr);
+  }
+  event.completed_cv.notify_all();
+}
+
 void wait_event_completed(EventState& event) {
   std::unique_lock<std::mutex> lock(event.mutex);
   const uint64_t generation = event.record_generation;

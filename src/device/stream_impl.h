@@ -185,6 +185,14 @@ class StreamImpl {
 // waiter, not the stream's worker, so nothing else of its own needs its core meanwhile.
 bool running_helped_task();
 
+// For a task that completes an event itself when it ends, instead of a marker queued behind it
+// (one queue entry less per asynchronous collective): begin_task_record marks a fresh,
+// unshared `event` recorded and pending and returns its generation; the task passes that to
+// complete_task_record as its last step. Work queued after the task is not waited for, which
+// is what a record right behind it means too.
+uint64_t begin_task_record(EventState& event);
+void complete_task_record(EventState& event, uint64_t generation);
+
 // Blocks until `event`'s latest record (at the time of the call) has completed.
 void wait_event_completed(EventState& event);
 
