@@ -357,18 +357,22 @@ TEST(StreamImplTest, HelperRunsATaskNoOneStartedOnItsThreadWithTheStreamsDevice)
   Stream stream(impl);
   bool helped = false;
   for (int attempt = 0; attempt < 10000 && !helped; ++attempt) {
-    std::thread::id ran_on;
+    // Atomic: when the worker takes the task, it writes while this thread checks. The other
+    // results are read only when this thread wrote them.
+    std::atomic<bool> ran_here{false};
     int device_seen = -1;
     bool stream_busy_inside = false;
+    const std::thread::id caller = std::this_thread::get_id();
     std::function<void(bool)> help = impl->enqueue_helpable([&] {
-      ran_on = std::this_thread::get_id();
+      if (std::this_thread::get_id() != caller) return;
       device_seen = current_device();
       stream_busy_inside = !impl->idle();
+      ran_here = true;
     });
     Event done;
     done.record(stream);  // a marker right behind the task: the helper completes it too
     help(true);
-    if (ran_on != std::this_thread::get_id()) {
+    if (!ran_here) {
       stream.synchronize();  // the worker took it; try again
       continue;
     }
@@ -393,13 +397,13 @@ TEST(StreamImplTest, HelpedTaskErrorIsStoredLikeAQueuedOne) {
       throw std::runtime_error("helped task failed");
     });
     EXPECT_NO_THROW(help(true));  // the task's error is the stream's, as on the worker
-    helped = ran_on == std::this_thread::get_id();
     try {
       impl->synchronize();
       ADD_FAILURE() << "synchronize() did not rethrow";
     } catch (const std::runtime_error& e) {
       EXPECT_STREQ(e.what(), "helped task failed");
     }
+    helped = ran_on == std::this_thread::get_id();  // after synchronize: the task is done
   }
   EXPECT_TRUE(helped);
   EXPECT_NO_THROW(impl->synchronize());
