@@ -84,6 +84,35 @@ void complete_generation_locked(EventState& event, uint64_t generation,
   if (event.enable_timing) event.completed_at = std::chrono::steady_clock::now();
 }
 
+// Makes a stream's device current on the thread that runs its tasks; false (the thread keeps its
+// device) for a device index beyond SHMCCL_NPU_DEVICE_COUNT, which tests give streams.
+bool make_device_current(int device) {
+  try {
+    npu::set_device(device);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+// Requires event.mutex held. Generation `generation`, just taken, is pending until completed.
+void mark_pending_locked(EventState& event, uint64_t generation) {
+  event.completed = false;
+  event.error = nullptr;
+  event.pending_generations.push_back(generation);
+}
+
+// Completes `generation` and wakes who waits for the event (a record's marker, or the task that
+// records itself: begin_task_record).
+void complete_generation(EventState& event, uint64_t generation,
+                         const std::exception_ptr& stream_error) {
+  {
+    std::lock_guard<std::mutex> lock(event.mutex);
+    complete_generation_locked(event, generation, stream_error);
+  }
+  event.completed_cv.notify_all();
+}
+
 }  // namespace
 
 bool running_helped_task() {
@@ -99,18 +128,12 @@ uint64_t begin_task_record(EventState& event) {
   std::lock_guard<std::mutex> lock(event.mutex);
   const uint64_t generation = ++event.record_generation;
   event.recorded = true;
-  event.completed = false;
-  event.error = nullptr;
-  event.pending_generations.push_back(generation);
+  mark_pending_locked(event, generation);
   return generation;
 }
 
 void complete_task_record(EventState& event, uint64_t generation) {
-  {
-    std::lock_guard<std::mutex> lock(event.mutex);
-    complete_generation_locked(event, generation, nullptr);
-  }
-  event.completed_cv.notify_all();
+  complete_generation(event, generation, nullptr);
 }
 
 void wait_event_completed(EventState& event) {
@@ -177,11 +200,7 @@ void StreamImpl::worker_loop(const std::shared_ptr<State>& state) {
   // Work on a stream runs with the stream's device current (as CUDA does): a task that allocates
   // (the staging buffers of an asynchronous host-tensor collective) does so on that device, not on
   // device 0 of a fresh thread.
-  try {
-    npu::set_device(s.device);
-  } catch (const Error&) {
-    // A device index beyond SHMCCL_NPU_DEVICE_COUNT (tests make such streams): keep device 0.
-  }
+  make_device_current(s.device);
 
   std::unique_lock<std::mutex> lock(s.mutex);
   for (;;) {
@@ -266,15 +285,7 @@ void StreamImpl::help_through(State& s, uint64_t target) {
       // As on the worker: the stream's device is current and the stream counts as running. The
       // caller's current streams stay current: a helpable task (a collective) queues nothing.
       const int caller_device = npu::current_device();
-      bool switched = false;
-      if (caller_device != s.device) {
-        try {
-          npu::set_device(s.device);
-          switched = true;
-        } catch (const Error&) {
-          // A device index beyond SHMCCL_NPU_DEVICE_COUNT (tests make such streams).
-        }
-      }
+      const bool switched = caller_device != s.device && make_device_current(s.device);
       const void* outer = std::exchange(running_stream, &s);
       const bool outer_helped = std::exchange(t_running_helped_task, true);
       try {
@@ -491,9 +502,7 @@ void StreamImpl::record(const std::shared_ptr<EventState>& event) {
       complete_generation_locked(*event, generation, s.error);
       return;
     }
-    event->completed = false;
-    event->error = nullptr;
-    event->pending_generations.push_back(generation);
+    mark_pending_locked(*event, generation);
   }
   // `raw` stays valid while the marker runs: the worker or a helper runs it, and each holds a
   // reference to the State.
@@ -505,11 +514,7 @@ void StreamImpl::record(const std::shared_ptr<EventState>& event) {
           std::lock_guard<std::mutex> stream_lock(raw->mutex);
           stream_error = raw->error;  // work queued before the record failed
         }
-        {
-          std::lock_guard<std::mutex> event_lock(event->mutex);
-          complete_generation_locked(*event, generation, stream_error);
-        }
-        event->completed_cv.notify_all();
+        complete_generation(*event, generation, stream_error);
       },
       /*ticket=*/nullptr, /*marker=*/true);
   lock.unlock();
