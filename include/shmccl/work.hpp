@@ -8,7 +8,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <exception>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -49,23 +48,28 @@ class Work {
 
   // For the library: completes the work (once), with an error or not.
   void finish(std::exception_ptr error = nullptr);
-  // For the library: the event recorded on the communication stream when the work is done.
-  void set_completion_event(npu::Event event);
-  // For the library: help(true) runs the collective on the calling thread if no one has started
-  // it yet; help(false) makes the stream's thread start it now.
-  void set_helper(std::function<void(bool run_here)> help);
+
+ protected:
+  // For work that runs as a task of a device stream (runs_on_stream): synchronize() then orders
+  // the caller's stream after it, and wait(), is_completed() and synchronize() call help() while
+  // it is not completed.
+  Work(std::string description, uint64_t sequence, bool runs_on_stream);
+  // help(true) runs the work on the calling thread if no one has started it yet; help(false)
+  // makes its stream's thread start it now. Does nothing here.
+  virtual void help(bool run_here) const;
 
  private:
   const std::string description_;
   const uint64_t sequence_;
+  const bool runs_on_stream_ = false;
   mutable std::mutex mutex_;
   std::condition_variable completed_cv_;
   bool completed_ = false;
   std::exception_ptr error_;
-  // Set once, before the Work is handed out, and never changed: read without the mutex.
-  std::function<void(bool run_here)> help_;
-  bool has_event_ = false;
-  npu::Event completion_event_;
+  // What synchronize() orders streams after, made by the first one before the work completed
+  // (most works are waited, never synchronized: no event for them); finish() completes it.
+  std::shared_ptr<npu::detail::EventState> completion_event_;
+  uint64_t completion_generation_ = 0;
 };
 
 }  // namespace shmccl

@@ -37,7 +37,7 @@ struct CallFields {
 static_assert(sizeof(CallFields) == 40 && std::has_unique_object_representations_v<CallFields>);
 
 // The tensors are borrowed from the caller for a synchronous call (no copies, hence no
-// allocation on the hot path) and owned by an owned_copy() for work that outlives the call.
+// allocation on the hot path) and owned by a copy_owning() plan for work that outlives the call.
 struct OpPlan : CallFields {
   OpPlan() = default;
   OpPlan(const OpPlan&) = delete;
@@ -66,22 +66,32 @@ struct OpPlan : CallFields {
     owned_output_ = std::move(tensor);
     output_ = &owned_output_;
   }
-  // A plan equal to this one that owns copies of its tensors.
-  std::shared_ptr<OpPlan> owned_copy() const {
-    auto copy = std::make_shared<OpPlan>();
-    static_cast<CallFields&>(*copy) = *this;
-    copy->kind = kind;
+  // Makes this (fresh) plan equal to `other`, owning its own references to other's tensors.
+  void copy_owning(const OpPlan& other) {
+    static_cast<CallFields&>(*this) = other;
+    kind = other.kind;
     // Only [0, num_splits) is ever read: the whole array is 8 bytes per possible rank.
-    std::copy_n(splits.begin(), num_splits, copy->splits.begin());
-    copy->sequence = sequence;
-    copy->async_op = async_op;
-    if (input_ != nullptr) copy->own_input(*input_);
-    if (output_ != nullptr) copy->own_output(*output_);
-    if (outputs_ != nullptr) {
-      copy->owned_outputs_ = *outputs_;
-      copy->outputs_ = &copy->owned_outputs_;
+    std::copy_n(other.splits.begin(), num_splits, splits.begin());
+    sequence = other.sequence;
+    async_op = other.async_op;
+    if (other.input_ != nullptr) own_input(*other.input_);
+    if (other.output_ != nullptr && other.output_ == other.input_) {
+      output_ = &owned_input_;  // one tensor in place (all_reduce, broadcast): one copy
+    } else if (other.output_ != nullptr) {
+      own_output(*other.output_);
     }
-    return copy;
+    if (other.outputs_ != nullptr) {
+      owned_outputs_ = *other.outputs_;
+      outputs_ = &owned_outputs_;
+    }
+  }
+  // Drops the references of a plan made by copy_owning (it is done with its tensors).
+  void release_tensors() {
+    input_ = output_ = nullptr;
+    outputs_ = nullptr;
+    owned_input_ = Tensor();
+    owned_output_ = Tensor();
+    owned_outputs_.clear();
   }
 
   transport::OpKind kind = transport::OpKind::kNone;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "collectives/async_work.h"
 #include "collectives/executor.h"
 #include "collectives/group_state.h"
 #include "collectives/pull_broadcast.h"
@@ -89,7 +90,7 @@ enum class Ordering { kCallerStream, kNone };
 // Queues asynchronous collective `plan` on the group's stream.
 std::shared_ptr<Work> enqueue(detail::GroupState& state, const OpPlan& plan, int device,
                               Ordering ordering) {
-  auto work = std::make_shared<Work>(plan.name, plan.sequence);
+  auto work = std::make_shared<collectives::AsyncWork>(state, plan);
   npu::detail::StreamImpl& comm = state.comm_stream();
   // An idle caller's stream has nothing to order after (the common case: no event to make).
   if (device >= 0 && ordering == Ordering::kCallerStream &&
@@ -98,22 +99,7 @@ std::shared_ptr<Work> enqueue(detail::GroupState& state, const OpPlan& plan, int
     ready.record(npu::current_stream(device));
     comm.wait(ready.state());
   }
-  // The event Work::synchronize orders streams after, completed by the collective's task itself
-  // (a marker behind it would cost a queue entry and a task per call).
-  npu::Event done;
-  const uint64_t generation = npu::detail::begin_task_record(*done.state());
-  work->set_completion_event(done);
-  // Work::wait may run the collective itself; the helper holds the stream weakly, not the task.
-  work->set_helper(comm.enqueue_helpable(
-      [&state, owned = plan.owned_copy(), work, event = done.state(), generation] {
-        try {
-          collectives::execute(state, *owned);
-          work->finish();
-        } catch (...) {
-          work->finish(std::current_exception());
-        }
-        npu::detail::complete_task_record(*event, generation);
-      }));
+  collectives::AsyncWork::enqueue_on(comm, work);
   return work;
 }
 

@@ -4,18 +4,24 @@
 #include <utility>
 
 #include "core/check.h"
+#include "device/stream_impl.h"
 
 namespace shmccl {
 
 Work::Work(std::string description, uint64_t sequence)
     : description_(std::move(description)), sequence_(sequence) {}
 
+Work::Work(std::string description, uint64_t sequence, bool runs_on_stream)
+    : description_(std::move(description)), sequence_(sequence), runs_on_stream_(runs_on_stream) {}
+
+void Work::help(bool /*run_here*/) const {}
+
 bool Work::is_completed() const {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (completed_ || !help_) return completed_;
+    if (completed_ || !runs_on_stream_) return completed_;
   }
-  help_(/*run_here=*/false);  // a caller polling for it wants it started, not at the next poll
+  help(/*run_here=*/false);  // a caller polling for it wants it started, not at the next poll
   std::lock_guard<std::mutex> lock(mutex_);
   return completed_;
 }
@@ -32,12 +38,12 @@ std::exception_ptr Work::exception() const {
 
 bool Work::wait(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mutex_);
-  if (!completed_ && help_) {
+  if (!completed_ && runs_on_stream_) {
     lock.unlock();
     // No deadline to keep: run the collective here if it has not started (it would block this
     // thread just as long on the stream's thread, plus the hand-offs). With one: a collective
     // run here could not be left when it passes, so only make sure that thread starts it now.
-    help_(/*run_here=*/timeout.count() < 0);
+    help(/*run_here=*/timeout.count() < 0);
     lock.lock();
   }
   if (timeout.count() < 0) {
@@ -50,40 +56,37 @@ bool Work::wait(std::chrono::milliseconds timeout) {
 }
 
 void Work::synchronize() {
-  npu::Event event;
+  if (!runs_on_stream_) {
+    wait();  // host-side work: waiting on the host is the only ordering there is
+    return;
+  }
+  std::shared_ptr<npu::detail::EventState> event;
   {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (!has_event_) {
-      // Host-side work (or already finished): waiting on the host is the only ordering there is.
-      lock.unlock();
-      wait();
-      return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (completed_) return;  // nothing to order after (its error, if any, is the Work's to report)
+    if (completion_event_ == nullptr) {
+      completion_event_ = std::make_shared<npu::detail::EventState>();
+      completion_generation_ = npu::detail::begin_task_record(*completion_event_);
     }
     event = completion_event_;
   }
-  if (help_) help_(/*run_here=*/false);  // the stream waiting for it needs it started
-  npu::current_stream(npu::current_device()).wait_event(event);
+  help(/*run_here=*/false);  // the stream waiting for it needs it started
+  npu::current_stream(npu::current_device()).impl()->wait(event);
 }
 
 void Work::finish(std::exception_ptr error) {
+  std::shared_ptr<npu::detail::EventState> event;
+  uint64_t generation = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (completed_) return;
     completed_ = true;
     error_ = std::move(error);
+    event = completion_event_;
+    generation = completion_generation_;
   }
   completed_cv_.notify_all();
-}
-
-void Work::set_helper(std::function<void(bool run_here)> help) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  help_ = std::move(help);
-}
-
-void Work::set_completion_event(npu::Event event) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  completion_event_ = std::move(event);
-  has_event_ = true;
+  if (event != nullptr) npu::detail::complete_task_record(*event, generation);
 }
 
 }  // namespace shmccl

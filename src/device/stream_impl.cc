@@ -231,7 +231,7 @@ void StreamImpl::worker_loop(const std::shared_ptr<State>& state) {
       s.worker_blocked.store(false, std::memory_order_relaxed);
       continue;
     }
-    std::function<void()> task = std::move(s.queue.front().run);
+    StreamTask task = std::move(s.queue.front().run);
     s.queue.pop_front();
     lock.unlock();
     std::exception_ptr error;
@@ -312,7 +312,7 @@ void StreamImpl::start_now(State& s, uint64_t target) {
   s.work_cv.notify_one();
 }
 
-std::function<void(bool)> StreamImpl::enqueue_helpable(std::function<void()> task) {
+StreamImpl::Helper StreamImpl::enqueue_helpable(StreamTask task) {
   check_usable();
   State& s = *state_;
   std::unique_lock<std::mutex> lock(s.mutex);
@@ -320,19 +320,20 @@ std::function<void(bool)> StreamImpl::enqueue_helpable(std::function<void()> tas
   const bool wake = push_locked(std::move(task), &ticket, /*marker=*/false, /*helpable=*/true);
   lock.unlock();
   if (wake) s.work_cv.notify_one();
-  return [weak = std::weak_ptr<State>(state_), ticket](bool run_here) {
-    const std::shared_ptr<State> state = weak.lock();
-    if (state == nullptr) return;
-    if (run_here) {
-      help_through(*state, ticket);
-    } else {
-      start_now(*state, ticket);
-    }
-  };
+  return Helper(state_, ticket);
 }
 
-bool StreamImpl::push_locked(std::function<void()> task, uint64_t* ticket, bool marker,
-                             bool helpable) {
+void StreamImpl::Helper::operator()(bool run_here) const {
+  const std::shared_ptr<State> state = state_.lock();
+  if (state == nullptr) return;
+  if (run_here) {
+    help_through(*state, ticket_);
+  } else {
+    start_now(*state, ticket_);
+  }
+}
+
+bool StreamImpl::push_locked(StreamTask task, uint64_t* ticket, bool marker, bool helpable) {
   State& s = *state_;
   // Not after stop: a task draining during destruction may still enqueue, and the worker that
   // is draining runs it; a new worker would outlive the stream.
@@ -373,7 +374,7 @@ bool StreamImpl::wait_completed_locked(std::unique_lock<std::mutex>& lock, uint6
   return finished;
 }
 
-void StreamImpl::enqueue(std::function<void()> task) {
+void StreamImpl::enqueue(StreamTask task) {
   check_usable();
   State& s = *state_;
   std::unique_lock<std::mutex> lock(s.mutex);

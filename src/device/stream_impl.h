@@ -20,6 +20,8 @@
 #include <thread>
 #include <vector>
 
+#include "device/stream_task.h"
+
 namespace shmccl::npu::detail {
 
 // Completion state of one event, shared by the Event handles, the marker tasks that complete its
@@ -50,7 +52,27 @@ struct EventState {
 bool generation_completed_locked(const EventState& event, uint64_t generation);
 
 class StreamImpl {
+  struct State;
+
  public:
+  // What enqueue_helpable returns: a handle on one queued task for a thread that needs it done.
+  // Called with run_here = true, it runs the task on the calling thread if no one has started it
+  // yet (see help_through); with run_here = false it only makes sure the worker starts it now,
+  // not at its next poll (see State::helped_until). Holds the stream weakly: once the stream is
+  // gone it does nothing. A default-constructed one does nothing. Copyable; thread-safe.
+  class Helper {
+   public:
+    Helper() = default;
+    void operator()(bool run_here) const;
+
+   private:
+    friend class StreamImpl;
+    Helper(std::weak_ptr<State> state, uint64_t ticket)
+        : state_(std::move(state)), ticket_(ticket) {}
+    std::weak_ptr<State> state_;
+    uint64_t ticket_ = 0;
+  };
+
   StreamImpl(int device, uint64_t id);
   // Waits for queued work to finish, then stops the worker. When the last handle is dropped by
   // one of the stream's own tasks (on its worker thread) the worker is detached instead and
@@ -66,16 +88,13 @@ class StreamImpl {
   // Queues `task`; tasks run in order on the worker thread. An exception a task throws is kept
   // (the first one) and rethrown by the next synchronize(); later tasks still run. Never waits
   // for running work.
-  void enqueue(std::function<void()> task);
+  void enqueue(StreamTask task);
 
-  // Queues `task` like enqueue() and returns a callable for a thread that needs it done. Called
-  // with run_here = true, it runs the task on the calling thread if no one has started it yet
-  // (see help_through): a thread that must wait for it can do the work instead of sleeping
-  // through two thread hand-offs. With run_here = false it only makes sure the worker starts it
-  // now, not at its next poll (see State::helped_until): for a thread that waits with a deadline
-  // or orders another stream after it. The callable holds the stream weakly. The task must not
-  // queue work on the current stream: on a helper that is the caller's, not the worker's.
-  std::function<void(bool run_here)> enqueue_helpable(std::function<void()> task);
+  // Queues `task` like enqueue() and returns its Helper: a thread that must wait for the task can
+  // run it instead of sleeping through two thread hand-offs, and a thread that waits with a
+  // deadline or orders another stream after it can have the worker start it now. The task must
+  // not queue work on the current stream: on a helper that is the caller's, not the worker's.
+  Helper enqueue_helpable(StreamTask task);
 
   // Runs `task` in stream order and returns when it is done, rethrowing its exception. When the
   // stream is idle the task runs on the calling thread (no hand-off) while the stream counts as
@@ -119,7 +138,7 @@ class StreamImpl {
   // measured 7-9% of an 8-byte all-gather).
   struct Task {
     uint64_t ticket;
-    std::function<void()> run;
+    StreamTask run;
     bool marker = false;  // an event record's completion: short, never blocks
   };
   struct State {
@@ -170,7 +189,7 @@ class StreamImpl {
   void check_usable() const;
   // Queues `task` (its ticket into `*ticket` when given) and returns whether the worker needs a
   // notify (done after unlocking).
-  bool push_locked(std::function<void()> task, uint64_t* ticket = nullptr, bool marker = false,
+  bool push_locked(StreamTask task, uint64_t* ticket = nullptr, bool marker = false,
                    bool helpable = false);
   // Waits until state_->completed reaches `target` or `deadline`; false on timeout.
   bool wait_completed_locked(std::unique_lock<std::mutex>& lock, uint64_t target,

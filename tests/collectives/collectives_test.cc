@@ -258,6 +258,12 @@ TEST_P(CollectivesTest, ManyAsyncInFlightCompleteInOrder) {
       const double expected = ctx.world * i + ctx.world * (ctx.world - 1) / 2.0;
       require_close(tensors[i], full({(i % 4) * 3000 + 1}, expected, kFloat32), str("op ", i));
     }
+    // A finished work keeps no reference to its tensors: dropping them frees their memory.
+    const uint64_t allocated = npu::memory_allocated();
+    tensors.clear();
+    require(npu::memory_allocated() + kInFlight * sizeof(float) <= allocated,
+            str("works kept after they finished hold their tensors: ", npu::memory_allocated(),
+                " of ", allocated, " bytes still allocated"));
     // Work::synchronize orders the current stream after the collective.
     Tensor t = ones({50000}, kFloat32).npu();
     auto work = all_reduce(t, ReduceOp::SUM, nullptr, true);
@@ -356,6 +362,8 @@ TEST_P(CollectivesTest, AsyncWorksPolledOrWaitedWithATimeoutStartAtOnce) {
 // A collective starts only after the work already queued on the caller's current stream (as
 // with NCCL): here a fill held back behind a gate. Asynchronous: the call must not complete
 // while the gate is shut. Synchronous: the call blocks until another thread opens it.
+// Stream-ordered: Work::synchronize(), called while the gate holds the collective back, makes
+// the work queued afterwards on the caller's stream (a doubling) wait for its result.
 TEST_P(CollectivesTest, CollectivesStartAfterWorkQueuedOnTheCallersStream) {
   const int world = GetParam();
   auto results = testing::run_ranks(world, [](const testing::RankContext& ctx) {
@@ -394,6 +402,18 @@ TEST_P(CollectivesTest, CollectivesStartAfterWorkQueuedOnTheCallersStream) {
       }
       require_close(tensor.cpu(), full({16}, expected, kInt64), async ? "async" : "sync");
     }
+    std::promise<void> gate;
+    std::shared_future<void> opened = gate.get_future().share();
+    Tensor tensor = zeros({16}, kInt64).npu();
+    stream.enqueue([opened] { opened.wait(); });
+    tensor.fill_(ctx.rank + 1);
+    auto work = all_reduce(tensor, ReduceOp::SUM, nullptr, /*async_op=*/true);
+    work->synchronize();
+    require(!work->is_completed(), "the collective completed before the queued fill");
+    Tensor doubled = tensor + tensor;  // queued behind the wait for the collective
+    gate.set_value();
+    require_close(doubled.cpu(), full({16}, 2 * expected, kInt64), "stream-ordered");
+    require(work->wait(std::chrono::milliseconds(0)), "synchronized work done");
   });
   EXPECT_TRUE(testing::all_ranks_succeeded(results));
 }

@@ -1,0 +1,42 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// AsyncWork: an asynchronous collective and its Work handle in one allocation: the plan, owning
+// its references to the caller's tensors until it has run, and the Helper of its task on the
+// group's communication stream. The task holds the AsyncWork (a 16-byte capture: queued without
+// an allocation, see device/stream_task.h), so a call costs one allocation instead of six.
+// Thread-safe as Work is; run() is called once, by the stream's worker or a helping waiter.
+#pragma once
+
+#include <memory>
+
+#include "collectives/op_plan.h"
+#include "device/stream_impl.h"
+#include "shmccl/work.hpp"
+
+namespace shmccl::detail {
+class GroupState;
+}  // namespace shmccl::detail
+
+namespace shmccl::collectives {
+
+class AsyncWork final : public Work {
+ public:
+  // A copy of `plan` that owns its tensors, to run on `state`'s communication stream.
+  AsyncWork(detail::GroupState& state, const OpPlan& plan);
+
+  // Queues the collective on `stream` (the group's communication stream) after what is queued
+  // there. Call once, before the handle is handed out.
+  static void enqueue_on(npu::detail::StreamImpl& stream, const std::shared_ptr<AsyncWork>& work);
+
+ private:
+  // Executes the collective, lets go of the tensors and completes the Work.
+  void run() noexcept;
+  void help(bool run_here) const override;
+
+  detail::GroupState& state_;
+  OpPlan plan_;
+  // Set by enqueue_on before the handle is handed out, then only read.
+  npu::detail::StreamImpl::Helper helper_;
+};
+
+}  // namespace shmccl::collectives
