@@ -362,13 +362,21 @@ std::map<int64_t, double> measure_memcpy(Comm& comm, int rank, const Options& op
   return rates;
 }
 
-// 100 rounds of barrier + all-reduce before the first benchmark, so that it does not pay for
-// the library's lazy set-up (connections, shared segments, collective selection).
+// Rounds of barrier + all-reduce before the first benchmark, so that it does not pay for the
+// library's lazy set-up (connections, shared segments, collective selection) nor for the
+// scheduler's placement of ranks that have just woken from the memcpy measurement: with 4 ranks
+// on 2 cores it ran three on one core for the first 50-100 ms (sched_switch trace). At least 100 rounds and
+// kWarmUpSeconds on the slowest rank's clock (a maximum: every rank runs the same rounds).
+inline constexpr double kWarmUpSeconds = 0.25;
+
 template <RankComm Comm>
 void warm_up(Comm& comm) {
-  for (int i = 0; i < 100; ++i) {
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0;; ++i) {
     comm.barrier();
-    comm.max(static_cast<double>(i));
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (comm.max(elapsed) >= kWarmUpSeconds && i >= 99) break;
   }
 }
 
