@@ -5,6 +5,7 @@
 // synchronize() makes the caller's current stream wait for it instead of the host. Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <exception>
@@ -64,7 +65,10 @@ class Work {
   const bool runs_on_stream_ = false;
   mutable std::mutex mutex_;
   std::condition_variable completed_cv_;
-  bool completed_ = false;
+  // Set once, by finish() under mutex_ (for completed_cv_'s waiters), with a release store after
+  // error_: a reader that sees it (acquire) reads error_ without the mutex, which a call waited at
+  // once would otherwise take twice more.
+  std::atomic<bool> completed_{false};
   std::exception_ptr error_;
   // What synchronize() orders streams after, made by the first one before the work completed
   // (most works are waited, never synchronized: no event for them); finish() completes it.

@@ -17,39 +17,36 @@ Work::Work(std::string description, uint64_t sequence, bool runs_on_stream)
 void Work::help(bool /*run_here*/) const {}
 
 bool Work::is_completed() const {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (completed_ || !runs_on_stream_) return completed_;
+  if (completed_.load(std::memory_order_acquire) || !runs_on_stream_) {
+    return completed_.load(std::memory_order_acquire);
   }
   help(/*run_here=*/false);  // a caller polling for it wants it started, not at the next poll
-  std::lock_guard<std::mutex> lock(mutex_);
-  return completed_;
+  return completed_.load(std::memory_order_acquire);
 }
 
 bool Work::is_success() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return completed_ && error_ == nullptr;
+  return completed_.load(std::memory_order_acquire) && error_ == nullptr;
 }
 
 std::exception_ptr Work::exception() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return error_;
+  return completed_.load(std::memory_order_acquire) ? error_ : nullptr;
 }
 
 bool Work::wait(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  if (!completed_ && runs_on_stream_) {
-    lock.unlock();
+  if (!completed_.load(std::memory_order_acquire) && runs_on_stream_) {
     // No deadline to keep: run the collective here if it has not started (it would block this
     // thread just as long on the stream's thread, plus the hand-offs). With one: a collective
     // run here could not be left when it passes, so only make sure that thread starts it now.
     help(/*run_here=*/timeout.count() < 0);
-    lock.lock();
   }
-  if (timeout.count() < 0) {
-    completed_cv_.wait(lock, [&] { return completed_; });
-  } else if (!completed_cv_.wait_for(lock, timeout, [&] { return completed_; })) {
-    return false;
+  if (!completed_.load(std::memory_order_acquire)) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const auto done = [&] { return completed_.load(std::memory_order_relaxed); };
+    if (timeout.count() < 0) {
+      completed_cv_.wait(lock, done);
+    } else if (!completed_cv_.wait_for(lock, timeout, done)) {
+      return false;
+    }
   }
   if (error_) std::rethrow_exception(error_);
   return true;
@@ -63,7 +60,8 @@ void Work::synchronize() {
   std::shared_ptr<npu::detail::EventState> event;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (completed_) return;  // nothing to order after (its error, if any, is the Work's to report)
+    if (completed_.load(std::memory_order_relaxed))
+      return;  // nothing to order after (its error, if any, is the Work's to report)
     if (completion_event_ == nullptr) {
       completion_event_ = std::make_shared<npu::detail::EventState>();
       completion_generation_ = npu::detail::begin_task_record(*completion_event_);
@@ -79,9 +77,9 @@ void Work::finish(std::exception_ptr error) {
   uint64_t generation = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (completed_) return;
-    completed_ = true;
+    if (completed_.load(std::memory_order_relaxed)) return;
     error_ = std::move(error);
+    completed_.store(true, std::memory_order_release);
     event = completion_event_;
     generation = completion_generation_;
   }
