@@ -365,8 +365,9 @@ std::map<int64_t, double> measure_memcpy(Comm& comm, int rank, const Options& op
 // Rounds of barrier + all-reduce before the first benchmark, so that it does not pay for the
 // library's lazy set-up (connections, shared segments, collective selection) nor for the
 // scheduler's placement of ranks that have just woken from the memcpy measurement: with 4 ranks
-// on 2 cores it ran three on one core for the first 50-100 ms (sched_switch trace). At least 100 rounds and
-// kWarmUpSeconds on the slowest rank's clock (a maximum: every rank runs the same rounds).
+// on 2 cores it ran three on one core for the first 50-100 ms (sched_switch trace). At least 100
+// rounds and kWarmUpSeconds on the slowest rank's clock (a maximum: every rank runs the same
+// rounds).
 inline constexpr double kWarmUpSeconds = 0.25;
 
 template <RankComm Comm>
