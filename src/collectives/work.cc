@@ -17,9 +17,8 @@ Work::Work(std::string description, uint64_t sequence, bool runs_on_stream)
 void Work::help(bool /*run_here*/) const {}
 
 bool Work::is_completed() const {
-  if (completed_.load(std::memory_order_acquire) || !runs_on_stream_) {
-    return completed_.load(std::memory_order_acquire);
-  }
+  if (completed_.load(std::memory_order_acquire)) return true;
+  if (!runs_on_stream_) return false;
   help(/*run_here=*/false);  // a caller polling for it wants it started, not at the next poll
   return completed_.load(std::memory_order_acquire);
 }

@@ -3,8 +3,8 @@
 // StreamTask: one unit of a stream's work, a move-only void() callable. A callable of up to
 // kInlineBytes that moves without throwing is stored in place, so queueing it allocates nothing.
 // std::function stores in place only trivially copyable callables of two pointers or less, and a
-// stream's tasks mostly capture a shared_ptr (an asynchronous collective's Work, an event): one
-// allocation and free per task, a fifth of an asynchronous call's own cost. Not thread-safe.
+// stream's tasks mostly capture a shared_ptr (an asynchronous collective's Work, an event): with
+// std::function, an allocation and a free per task. Not thread-safe.
 #pragma once
 
 #include <cstddef>
