@@ -11,6 +11,13 @@ for path in include/shmccl/shmccl.hpp lib/libshmccl.so lib/libshmccl.a \
             bin/shmccl-perf; do
   [ -e "$prefix/$path" ] || { echo "missing from the install: $path" >&2; exit 1; }
 done
+# The shared library calls its own functions directly (-Bsymbolic-functions): through its PLT,
+# a synchronous collective's call overhead was a third larger (docs/performance.md).
+own_plt=$(readelf -rW "$prefix/lib/libshmccl.so" | awk '/JUMP_SLOT/ && $5 ~ /^_ZN6shmccl/' | wc -l)
+if [ "$own_plt" -ne 0 ]; then
+  echo "libshmccl.so calls $own_plt of its own functions through its PLT" >&2
+  exit 1
+fi
 # The installed tools run from the prefix (shmccl-perf alone is a job of one rank).
 "$prefix/bin/shmrun" --version >/dev/null
 "$prefix/bin/shmccl-perf" -o all_gather_uneven -b 8 -e 1K -f 8 -n 1 -w 0 >/dev/null
