@@ -14,7 +14,10 @@ AsyncWork::AsyncWork(detail::GroupState& state, const OpPlan& plan)
 
 void AsyncWork::enqueue_on(npu::detail::StreamImpl& stream,
                            const std::shared_ptr<AsyncWork>& work) {
-  work->helper_ = stream.enqueue_helpable([work] { work->run(); });
+  // `work = work`, not `[work]`: a copy-capture of a const reference is a const member, which
+  // the task's moves into and out of the queue would copy (two locked instructions each, four
+  // moves per call).
+  work->helper_ = stream.enqueue_helpable([work = work] { work->run(); });
 }
 
 void AsyncWork::run() noexcept {

@@ -509,7 +509,7 @@ void StreamImpl::record(const std::shared_ptr<EventState>& event) {
   // reference to the State.
   State* raw = &s;
   const bool wake = push_locked(
-      [raw, event, generation] {
+      [raw, event = event, generation] {  // not [event]: a const member, copied by each move
         std::exception_ptr stream_error;
         {
           std::lock_guard<std::mutex> stream_lock(raw->mutex);
@@ -530,7 +530,7 @@ void StreamImpl::wait(const std::shared_ptr<EventState>& event) {
     generation = event->record_generation;
     if (generation_completed_locked(*event, generation)) return;  // nothing to wait for
   }
-  enqueue([event, generation] {
+  enqueue([event = event, generation] {  // not [event]: a const member, copied by each move
     std::unique_lock<std::mutex> event_lock(event->mutex);
     event->completed_cv.wait(event_lock,
                              [&] { return generation_completed_locked(*event, generation); });
