@@ -4,6 +4,9 @@
 #include <ostream>
 #include <string>
 
+// The library's interface: exported from libshmccl.so, which hides everything else.
+#pragma GCC visibility push(default)
+
 namespace shmccl {
 
 // Where a tensor's storage lives: host memory ("cpu") or simulated NPU i ("npu:i").
@@ -32,3 +35,5 @@ inline std::ostream& operator<<(std::ostream& out, const Device& device) {
 }
 
 }  // namespace shmccl
+
+#pragma GCC visibility pop

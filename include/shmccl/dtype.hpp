@@ -11,6 +11,9 @@
 
 #include "shmccl/half.hpp"
 
+// The library's interface: exported from libshmccl.so, which hides everything else.
+#pragma GCC visibility push(default)
+
 namespace shmccl {
 
 enum class ScalarType : int8_t {
@@ -139,3 +142,5 @@ decltype(auto) visit_dtype(ScalarType type, Fn&& fn) {
 }
 
 }  // namespace shmccl
+
+#pragma GCC visibility pop

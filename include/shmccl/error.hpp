@@ -8,6 +8,9 @@
 #include <stdexcept>
 #include <string>
 
+// The library's interface: exported from libshmccl.so, which hides everything else.
+#pragma GCC visibility push(default)
+
 namespace shmccl {
 
 // Base of everything shmccl throws.
@@ -52,3 +55,5 @@ class RemoteError : public Error {
 };
 
 }  // namespace shmccl
+
+#pragma GCC visibility pop

@@ -12,6 +12,9 @@
 #include <cstdint>
 #include <ostream>
 
+// The library's interface: exported from libshmccl.so, which hides everything else.
+#pragma GCC visibility push(default)
+
 namespace shmccl {
 namespace detail {
 
@@ -101,3 +104,5 @@ inline std::ostream& operator<<(std::ostream& out, BFloat16 value) {
 }
 
 }  // namespace shmccl
+
+#pragma GCC visibility pop

@@ -11,6 +11,9 @@
 #include <memory>
 #include <string>
 
+// The library's interface: exported from libshmccl.so, which hides everything else.
+#pragma GCC visibility push(default)
+
 namespace shmccl::npu {
 
 namespace detail {
@@ -119,3 +122,5 @@ void reset_peak_memory_stats(int device = -1);
 void empty_cache();
 
 }  // namespace shmccl::npu
+
+#pragma GCC visibility pop

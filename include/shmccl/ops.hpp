@@ -26,6 +26,9 @@
 
 #include "shmccl/tensor.hpp"
 
+// The library's interface: exported from libshmccl.so, which hides everything else.
+#pragma GCC visibility push(default)
+
 namespace shmccl {
 
 struct GroupedMatmulAllReduceOptions {
@@ -55,3 +58,5 @@ std::vector<Tensor> npu_grouped_matmul(const std::vector<Tensor>& x,
                                        const GroupedMatmulOptions& options = {});
 
 }  // namespace shmccl
+
+#pragma GCC visibility pop

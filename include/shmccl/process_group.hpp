@@ -20,6 +20,9 @@
 #include "shmccl/tensor.hpp"
 #include "shmccl/work.hpp"
 
+// The library's interface: exported from libshmccl.so, which hides everything else.
+#pragma GCC visibility push(default)
+
 namespace shmccl {
 
 class ProcessGroup;
@@ -138,3 +141,5 @@ std::shared_ptr<Work> broadcast(Tensor& tensor, int src, const ProcessGroupPtr& 
 std::shared_ptr<Work> barrier(const ProcessGroupPtr& group = nullptr, bool async_op = false);
 
 }  // namespace shmccl
+
+#pragma GCC visibility pop

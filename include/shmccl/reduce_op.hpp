@@ -3,6 +3,9 @@
 
 #include <ostream>
 
+// The library's interface: exported from libshmccl.so, which hides everything else.
+#pragma GCC visibility push(default)
+
 namespace shmccl {
 
 // Reductions of torch.distributed.ReduceOp. For bool tensors SUM is logical or and PRODUCT
@@ -17,3 +20,5 @@ inline std::ostream& operator<<(std::ostream& out, ReduceOp op) {
 }
 
 }  // namespace shmccl
+
+#pragma GCC visibility pop

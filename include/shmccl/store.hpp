@@ -29,6 +29,9 @@
 
 #include "shmccl/error.hpp"
 
+// The library's interface: exported from libshmccl.so, which hides everything else.
+#pragma GCC visibility push(default)
+
 namespace shmccl {
 
 class Store {
@@ -96,3 +99,5 @@ class Store {
 };
 
 }  // namespace shmccl
+
+#pragma GCC visibility pop

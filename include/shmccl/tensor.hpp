@@ -21,6 +21,9 @@
 #include "shmccl/dtype.hpp"
 #include "shmccl/error.hpp"
 
+// The library's interface: exported from libshmccl.so, which hides everything else.
+#pragma GCC visibility push(default)
+
 namespace shmccl {
 
 namespace detail {
@@ -213,3 +216,5 @@ T Tensor::item() const {
 }
 
 }  // namespace shmccl
+
+#pragma GCC visibility pop

@@ -15,6 +15,9 @@
 
 #include "shmccl/npu.hpp"
 
+// The library's interface: exported from libshmccl.so, which hides everything else.
+#pragma GCC visibility push(default)
+
 namespace shmccl {
 
 class Work {
@@ -77,3 +80,5 @@ class Work {
 };
 
 }  // namespace shmccl
+
+#pragma GCC visibility pop

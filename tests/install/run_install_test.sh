@@ -18,6 +18,13 @@ if [ "$own_plt" -ne 0 ]; then
   echo "libshmccl.so calls $own_plt of its own functions through its PLT" >&2
   exit 1
 fi
+# It exports its interface only (the public headers' declarations), none of its internals.
+internal=$(nm -DC --defined-only "$prefix/lib/libshmccl.so" |
+           grep -cE 'shmccl::(collectives|transport|device|ops|kernels|config|log)::' || true)
+if [ "$internal" -ne 0 ]; then
+  echo "libshmccl.so exports $internal internal symbols" >&2
+  exit 1
+fi
 # The installed tools run from the prefix (shmccl-perf alone is a job of one rank).
 "$prefix/bin/shmrun" --version >/dev/null
 "$prefix/bin/shmccl-perf" -o all_gather_uneven -b 8 -e 1K -f 8 -n 1 -w 0 >/dev/null
