@@ -4,7 +4,10 @@
 // torch_npu.distributed. Every collective takes an optional group (nullptr: the default group)
 // and async_op (default false), and returns a Work. A synchronous call returns when the
 // collective is done; an asynchronous one returns at once. Collectives on one group run in call
-// order, after the work already queued on the caller's current stream. Argument errors throw
+// order, after the work already queued on the caller's current stream. Threads may call
+// collectives on one group at once: the calls take turns, in the order they were numbered; as
+// with torch.distributed, every rank must then still call the same collectives in the same order
+// (calls that differ between ranks are a mismatch error on every rank). Argument errors throw
 // shmccl::InvalidArgument before any peer waits; a dead, late or disagreeing peer throws
 // shmccl::RemoteError / TimeoutError on every rank.
 #pragma once

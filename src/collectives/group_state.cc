@@ -1,6 +1,9 @@
 // Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
 #include "collectives/group_state.h"
 
+#include <chrono>
+#include <thread>
+
 #include "collectives/host_staging.h"
 #include "core/check.h"
 #include "device/device_context.h"
@@ -86,6 +89,32 @@ npu::detail::StreamImpl& GroupState::comm_stream() {
     comm_stream_ready_.store(comm_stream_.get(), std::memory_order_release);
   });
   return *comm_stream_;
+}
+
+void GroupState::wait_for_turn_slowly(uint64_t sequence) {
+  // Another thread's call is before this one; it may wait for peers up to its own timeout. Yield
+  // at first (it is usually short), then sleep a little at a time.
+  const auto started = std::chrono::steady_clock::now();
+  const auto deadline = started + 2 * timeout();
+  for (int round = 0; turn_.load(std::memory_order_acquire) + 1 != sequence; ++round) {
+    check_not_failed();  // a call before this one failed the group: no turn will come
+    if (round < 100) {
+      std::this_thread::yield();
+      continue;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
+      const std::string message = concat(
+          "collective (sequence ", sequence, ") on group ", comm_name_, " waited ",
+          std::chrono::duration_cast<std::chrono::milliseconds>(now - started).count(),
+          " ms for its turn: this rank's collective ", turn_.load(std::memory_order_acquire) + 1,
+          ", called by another thread, has not been run or queued");
+      // This rank never arrives at this call: its peers must not wait for it.
+      if (mark_failed(message)) transport_->depart(sequence);
+      throw TimeoutError(message);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(round < 1000 ? 10 : 200));
+  }
 }
 
 bool GroupState::mark_failed(const std::string& message) {

@@ -49,6 +49,19 @@ class GroupState {
   // Sequence numbers start at 1 and follow the order of calls on this rank.
   uint64_t next_sequence() { return next_sequence_.fetch_add(1, std::memory_order_relaxed) + 1; }
 
+  // Calls take turns in the order of their sequence numbers, which are the tickets: call
+  // `sequence` waits until every earlier one has been handed on (run, when synchronous; queued on
+  // the group's stream, when asynchronous), then hands itself on with end_turn(). One thread's
+  // calls never wait here, their numbers come in order: a load and a store per call. Calls from
+  // several threads at once take turns instead of running the executor's state side by side.
+  // Waits at most twice the group's timeout (the call before may itself take one), then fails
+  // the group, as a collective that timed out does.
+  void wait_for_turn(uint64_t sequence) {
+    if (turn_.load(std::memory_order_acquire) + 1 != sequence) [[unlikely]]
+      wait_for_turn_slowly(sequence);
+  }
+  void end_turn(uint64_t sequence) { turn_.store(sequence, std::memory_order_release); }
+
   // First chunk number of the next work pool (see control_block.h); advanced per collective.
   uint64_t take_pool(uint64_t chunks) {
     const uint64_t base = pool_base_;
@@ -105,6 +118,8 @@ class GroupState {
   bool mismatch_check_active() const { return mismatch_check_; }
 
  private:
+  [[gnu::noinline]] void wait_for_turn_slowly(uint64_t sequence);
+
   std::unique_ptr<transport::GroupTransport> transport_;
   const int rank_;
   const int size_;
@@ -112,6 +127,7 @@ class GroupState {
   const std::string comm_name_;
   std::atomic<int64_t> timeout_ms_;
   std::atomic<uint64_t> next_sequence_{0};
+  std::atomic<uint64_t> turn_{0};  // the last call handed on (wait_for_turn)
   uint64_t pool_base_ = 0;
   std::unique_ptr<collectives::HostStaging> host_staging_;
   std::once_flag comm_stream_once_;

@@ -103,6 +103,22 @@ std::shared_ptr<Work> enqueue(detail::GroupState& state, const OpPlan& plan, int
   return work;
 }
 
+// A call's turn among the group's calls (GroupState::wait_for_turn), handed on when it has run
+// or been queued, or has failed.
+class Turn {
+ public:
+  Turn(detail::GroupState& state, uint64_t sequence) : state_(state), sequence_(sequence) {
+    state.wait_for_turn(sequence);
+  }
+  ~Turn() { state_.end_turn(sequence_); }
+  Turn(const Turn&) = delete;
+  Turn& operator=(const Turn&) = delete;
+
+ private:
+  detail::GroupState& state_;
+  const uint64_t sequence_;
+};
+
 std::shared_ptr<Work> submit(detail::GroupState& state, OpPlan& plan, bool async_op,
                              Ordering ordering = Ordering::kCallerStream) {
   state.check_not_failed();
@@ -115,14 +131,16 @@ std::shared_ptr<Work> submit(detail::GroupState& state, OpPlan& plan, bool async
     // The sequence number is taken as the collective starts: a call that fails before (a stream
     // used across fork()) leaves no number behind that never ran, which the flight recorder's
     // runs would claim as completed (flight_recorder.h). It is recorded once it has arrived.
+    // After the work already queued on the caller's stream, and, once its turn has come (the
+    // calls of other threads before it handed on), after the collectives still queued on the
+    // group's stream; inline when both are idle (no thread hand-off).
     auto start = [&] {
       plan.sequence = state.next_sequence();
+      Turn turn(state, plan.sequence);
       SHMCCL_TRACE(kColl, plan.name, " sequence ", plan.sequence, " on ", state.comm_name());
+      if (state.has_comm_stream() && !state.comm_stream().idle()) state.comm_stream().synchronize();
       collectives::execute(state, plan);
     };
-    // After collectives still queued on the group's stream, and after the work already queued
-    // on the caller's stream; inline when both are idle (no thread hand-off).
-    if (state.has_comm_stream() && !state.comm_stream().idle()) state.comm_stream().synchronize();
     npu::detail::StreamImpl* caller = device >= 0 ? &device::current_stream_impl(device) : nullptr;
     // An idle caller's stream has nothing to order the call after: it runs here without taking
     // the stream's ticket (run_sync's compare-and-swap and sequentially consistent store: two
@@ -137,6 +155,7 @@ std::shared_ptr<Work> submit(detail::GroupState& state, OpPlan& plan, bool async
     return detail::completed_work();
   }
   plan.sequence = state.next_sequence();
+  Turn turn(state, plan.sequence);
   SHMCCL_TRACE(kColl, plan.name, " sequence ", plan.sequence, " on ", state.comm_name());
   // An asynchronous call is recorded now (and marked failed if it cannot be queued).
   collectives::TraceRing* const trace = state.trace();
