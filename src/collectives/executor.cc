@@ -84,12 +84,12 @@ constexpr uint64_t kPrefetchedPayloadBytes = 512;
 // that returns without waiting for everyone (a small broadcast's ranks, a reduce-scatter rank
 // that receives nothing) runs ahead, and meets those transfers, one per call, in its full store
 // buffer a few calls on. Asked for kClaimedCalls calls ahead, the lines are this core's when the
-// calls write them (8 B broadcast, in the VM's mode of slow line transfers: 0.20 -> 0.06-0.11 us
-// at 2 ranks, 0.22 -> 0.07-0.10 at 4; docs/performance.md). No peer waits on those entries: none
-// passes call s before this rank arrives there (one that lags 28 calls behind may still read the
-// calls they last held, and reads them again). Not for ranks that wait for everyone (their calls
-// keep in step; 512 B all-gather at 2 ranks 0.61 -> 0.66 us with it), nor for the payload lines
-// of the inline areas (2 ranks, 512 B broadcast: 0.22 -> 0.30 us with them).
+// calls write them (8 B broadcast, in the VM's mode of slow line transfers: 0.21 -> 0.06-0.12 us
+// at 2 ranks, 0.20-0.24 -> 0.07-0.11 at 4; docs/performance.md). No peer waits on those entries:
+// none passes call s before this rank arrives there (one that lags 28 calls behind may still read
+// the calls they last held, and reads them again). Not for ranks that wait for everyone (their
+// calls keep in step; 512 B all-gather at 2 ranks 0.60-0.62 -> 0.65-0.67 us with it), nor for the
+// payload lines of the inline areas (2 ranks, 512 B broadcast: 0.21-0.23 -> 0.28-0.29 us).
 constexpr uint64_t kClaimedCalls = 4;
 
 void claim_next_arrivals(const transport::RankSlot& mine, uint64_t sequence) {
