@@ -109,7 +109,7 @@ class PayloadPrefetch {
       plan_lines(transport, algorithm, plan, payload_bytes);
     for (int r = 0; r < size_; ++r) {
       for (uintptr_t line = first_[r]; line < end_[r]; line += transport::kCacheLine) {
-        __builtin_prefetch(reinterpret_cast<const void*>(line));
+        detail::prefetch_for_read(reinterpret_cast<const void*>(line));
       }
     }
   }
