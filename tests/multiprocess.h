@@ -173,6 +173,24 @@ class SurvivorBarrier {
   SharedInt arrived_;
 };
 
+// In a survivor of a job whose rank `victim` dies: `call` must fail with a RemoteError naming the
+// victim within `bound_seconds`. Waits for the other survivors before it returns.
+inline void require_death_noticed(const RankContext& ctx, SurvivorBarrier& survivors, int victim,
+                                  double bound_seconds, const std::function<void()>& call) {
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    call();
+  } catch (const RemoteError& error) {
+    const double seconds = seconds_since(start);
+    survivors.arrive_and_wait(ctx.world - 1);
+    require(std::string(error.what()).find(str("rank ", victim)) != std::string::npos,
+            error.what());
+    require(seconds < bound_seconds, str("noticed after ", seconds, " s"));
+    return;
+  }
+  throw RequirementFailed("no error after a peer died");
+}
+
 struct RunOptions {
   std::chrono::milliseconds timeout = std::chrono::seconds(60);  // then every rank is a hang
   std::string job_id = unique_job_id();
@@ -314,6 +332,22 @@ inline ::testing::AssertionResult all_ranks_succeeded(const std::vector<RankResu
   }
   if (ok) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << "ranks failed:" << failures.str();
+}
+
+// Rank `victim` was SIGKILLed and every other rank succeeded.
+inline ::testing::AssertionResult only_victim_killed(const std::vector<RankResult>& results,
+                                                     int victim) {
+  std::ostringstream failures;
+  for (const RankResult& result : results) {
+    if (result.rank == victim) {
+      if (result.signal != SIGKILL) failures << "\n  rank " << result.rank << " was not SIGKILLed";
+    } else if (result.exit_code != 0 || result.signal != 0) {
+      failures << "\n  rank " << result.rank << ": exit " << result.exit_code << ": "
+               << result.message;
+    }
+  }
+  if (failures.str().empty()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << failures.str();
 }
 
 // Asserts that nothing of the job is left in /dev/shm.

@@ -6,7 +6,6 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +20,7 @@
 #include "core/check.h"
 #include "core/file_descriptor.h"
 #include "core/logging.h"
+#include "core/peer_process.h"
 #include "shmccl/error.hpp"
 
 namespace shmccl::device {
@@ -284,19 +284,17 @@ std::shared_ptr<ArenaMapping> ArenaMapping::open(const ArenaHandle& handle) {
   const std::string peer = concat("ArenaMapping: process ", handle.pid);
   const std::string arena = concat(" (NPU ", handle.device, " arena, fd ", handle.fd, ")");
 
-  const auto pidfd_raw = static_cast<int>(::syscall(SYS_pidfd_open, handle.pid, 0));
-  if (pidfd_raw == -1) {
-    if (errno == ESRCH) throw RemoteError(concat(peer, " is gone", arena));
-    detail::throw_system_error(concat(peer, arena, ": pidfd_open"), errno);
+  // pidfd_getfd, or /proc/<pid>/fd/<n> where that is refused (Yama, sandboxes: peer_process.h).
+  detail::PeerFile peer_file = detail::open_peer_file(handle.pid, handle.fd);
+  if (!peer_file.file) {
+    if (peer_file.error == ESRCH) throw RemoteError(concat(peer, " is gone", arena));
+    if (peer_file.error == EBADF)
+      throw RemoteError(concat(peer, " has no open fd ", handle.fd, arena));
+    throw SystemError(concat(peer, arena, ": cannot open its memory (", peer_file.failure,
+                             "); the ranks of a job must run as one user"),
+                      peer_file.error);
   }
-  FileDescriptor pidfd(pidfd_raw);
-  const auto fd_raw = static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd.get(), handle.fd, 0));
-  if (fd_raw == -1) {
-    if (errno == ESRCH) throw RemoteError(concat(peer, " is gone", arena));
-    if (errno == EBADF) throw RemoteError(concat(peer, " has no open fd ", handle.fd, arena));
-    detail::throw_system_error(concat(peer, arena, ": pidfd_getfd"), errno);
-  }
-  FileDescriptor fd(fd_raw);
+  FileDescriptor fd = std::move(peer_file.file);
 
   struct stat status {};
   SHMCCL_SYSCALL(::fstat(fd.get(), &status), peer, arena, ": fstat");

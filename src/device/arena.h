@@ -25,8 +25,9 @@
 
 namespace shmccl::device {
 
-// What a peer needs to map an arena: the owner's pid and fd number (taken with pidfd_getfd),
-// plus the size and a random token checked on import. Plain data; lives in shared memory.
+// What a peer needs to map an arena: the owner's pid and fd number (taken with pidfd_getfd, or
+// through /proc where that is refused: core/peer_process.h), plus the size and a random token
+// checked on import. Plain data; lives in shared memory.
 struct ArenaHandle {
   int32_t pid = 0;
   int32_t fd = -1;
@@ -91,8 +92,9 @@ class Arena {
 // Immutable after open(), so any thread may use it.
 class ArenaMapping {
  public:
-  // Maps the arena described by `handle` (pidfd_open + pidfd_getfd + mmap); verifies size and
-  // token. Throws SystemError / RemoteError naming the pid when the peer is gone or unreachable.
+  // Maps the arena described by `handle` (the owner's fd, taken as core/peer_process.h says, then
+  // mmap); verifies size and token. Throws SystemError / RemoteError naming the pid when the peer
+  // is gone or unreachable.
   static std::shared_ptr<ArenaMapping> open(const ArenaHandle& handle);
   ~ArenaMapping();
   ArenaMapping(const ArenaMapping&) = delete;

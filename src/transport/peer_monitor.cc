@@ -6,7 +6,6 @@
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -24,6 +23,7 @@
 #include "core/check.h"
 #include "core/file_descriptor.h"
 #include "core/logging.h"
+#include "core/peer_process.h"
 #include "core/signal_mask.h"
 
 namespace shmccl::transport {
@@ -33,10 +33,9 @@ constexpr uint64_t kEventFdTag = 0;  // epoll tag of the eventfd; watch ids star
 
 std::atomic<uint64_t> g_next_watch_id{1};
 
-// pidfd_open(2) through syscall(2): glibc 2.36 has a wrapper, but older ones do not.
-int pidfd_open(pid_t pid) {
-  return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-}
+// How often the monitor reads /proc for the processes it watches without a pidfd (pidfds
+// refused: core/peer_process.h). Their deaths are noticed within this, not within 0.1 ms.
+constexpr int kPollIntervalMs = 10;
 
 }  // namespace
 
@@ -46,7 +45,8 @@ struct PeerMonitor::State {
   struct Watch {
     pid_t pid = 0;
     DeathCallback callback;
-    FileDescriptor pidfd;  // empty when the process was dead at watch() time
+    FileDescriptor pidfd;  // empty when the process was dead at watch() time, or polled
+    bool polled = false;   // no pidfd to be had: /proc is read every kPollIntervalMs
   };
 
   State()
@@ -75,6 +75,7 @@ struct PeerMonitor::State {
   FileDescriptor wakeup;                       // eventfd: "look at already_dead / stopping"
   std::unordered_map<WatchId, Watch> watches;  // guarded by mutex
   std::vector<WatchId> already_dead;           // guarded by mutex: watches with no pidfd
+  size_t polled_watches = 0;                   // guarded by mutex: watches with `polled` set
   bool thread_started = false;                 // guarded by mutex
   bool stopping = false;                       // guarded by mutex
   std::thread::id thread_id;                   // guarded by mutex
@@ -90,9 +91,15 @@ void PeerMonitor::State::run() noexcept {
   pthread_setname_np(pthread_self(), "shmccl-peermon");
 
   std::vector<WatchId> ready;
+  std::vector<std::pair<WatchId, pid_t>> polled;
   for (;;) {
+    int timeout_ms = -1;
+    {
+      std::lock_guard lock(mutex);
+      if (polled_watches != 0) timeout_ms = kPollIntervalMs;
+    }
     epoll_event events[32];
-    const int count = ::epoll_wait(epoll.get(), events, 32, -1);
+    const int count = ::epoll_wait(epoll.get(), events, 32, timeout_ms);
     if (count == -1) {
       if (errno == EINTR) continue;
       SHMCCL_WARN(kShm, "PeerMonitor: epoll_wait failed, peer deaths are no longer detected: ",
@@ -108,11 +115,21 @@ void PeerMonitor::State::run() noexcept {
         ready.push_back(events[i].data.u64);
       }
     }
+    polled.clear();
     {
       std::lock_guard lock(mutex);
       if (stopping) return;
       ready.insert(ready.end(), already_dead.begin(), already_dead.end());
       already_dead.clear();
+      if (polled_watches != 0) {
+        for (const auto& [id, watch] : watches) {
+          if (watch.polled) polled.emplace_back(id, watch.pid);
+        }
+      }
+    }
+    // (Outside the lock: reading /proc may take a while.)
+    for (const auto& [id, pid] : polled) {
+      if (detail::exited_per_proc(pid)) ready.push_back(id);
     }
     for (WatchId id : ready)
       dispatch(id);
@@ -132,6 +149,7 @@ void PeerMonitor::State::dispatch(WatchId id) noexcept {
     if (it->second.pidfd.valid()) {
       ::epoll_ctl(epoll.get(), EPOLL_CTL_DEL, it->second.pidfd.get(), nullptr);
     }
+    if (it->second.polled) --polled_watches;
     watches.erase(it);  // closes the pidfd: the watch can never fire again
     running = id;
   }
@@ -181,10 +199,14 @@ PeerMonitor::WatchId PeerMonitor::watch(pid_t pid, DeathCallback on_death) {
   SHMCCL_CHECK_ARG(static_cast<bool>(on_death), "PeerMonitor::watch(", pid,
                    "): the callback is empty");
   State& s = state();
-  FileDescriptor pidfd(pidfd_open(pid));
-  if (!pidfd.valid() && errno != ESRCH) {
-    detail::throw_system_error(detail::concat("PeerMonitor: pidfd_open(", pid, ")"), errno);
+  FileDescriptor pidfd = detail::open_pidfd(pid);
+  const int pidfd_error = pidfd ? 0 : errno;
+  // Without pidfds (an old kernel, valgrind, a seccomp filter), the monitor reads /proc instead.
+  const bool polled = !pidfd && detail::pidfds_refused(pidfd_error);
+  if (!pidfd && pidfd_error != ESRCH && !polled) {
+    detail::throw_system_error(detail::concat("PeerMonitor: pidfd_open(", pid, ")"), pidfd_error);
   }
+  const bool dead = !pidfd && (!polled || detail::exited_per_proc(pid));
 
   std::lock_guard lock(s.mutex);
   if (!s.thread_started) {
@@ -209,11 +231,14 @@ PeerMonitor::WatchId PeerMonitor::watch(pid_t pid, DeathCallback on_death) {
     event.data.u64 = id;
     SHMCCL_SYSCALL(::epoll_ctl(s.epoll.get(), EPOLL_CTL_ADD, pidfd.get(), &event),
                    "PeerMonitor: epoll_ctl(ADD pidfd of process ", pid, ")");
-  } else {
+  } else if (dead) {
     s.already_dead.push_back(id);
     s.notify();
+  } else {
+    ++s.polled_watches;
+    s.notify();  // the thread's wait takes a timeout from now on
   }
-  s.watches.emplace(id, State::Watch{pid, std::move(on_death), std::move(pidfd)});
+  s.watches.emplace(id, State::Watch{pid, std::move(on_death), std::move(pidfd), !dead && polled});
   SHMCCL_TRACE(kShm, "PeerMonitor: watching process ", pid, " (watch ", id, ")");
   return id;
 }
@@ -226,6 +251,7 @@ void PeerMonitor::unwatch(WatchId id) {
     if (it->second.pidfd.valid()) {
       ::epoll_ctl(s.epoll.get(), EPOLL_CTL_DEL, it->second.pidfd.get(), nullptr);
     }
+    if (it->second.polled) --s.polled_watches;
     s.watches.erase(it);
     return;
   }
@@ -243,9 +269,10 @@ size_t PeerMonitor::num_watches() {
 
 bool PeerMonitor::is_alive(pid_t pid) {
   SHMCCL_CHECK_ARG(pid > 0, "PeerMonitor::is_alive: pid must be > 0, got ", pid);
-  FileDescriptor pidfd(pidfd_open(pid));
+  FileDescriptor pidfd = detail::open_pidfd(pid);
   if (!pidfd.valid()) {
     if (errno == ESRCH) return false;
+    if (detail::pidfds_refused(errno)) return !detail::exited_per_proc(pid);
     // EINVAL (a thread id rather than a process), EMFILE...: ask kill(2), which cannot tell a
     // zombie from a live process but needs no descriptor.
     return ::kill(pid, 0) == 0 || errno == EPERM;
@@ -261,10 +288,17 @@ bool PeerMonitor::is_alive(pid_t pid) {
 
 bool PeerMonitor::wait_for_exit(pid_t pid, std::chrono::milliseconds timeout) {
   SHMCCL_CHECK_ARG(pid > 0, "PeerMonitor::wait_for_exit: pid must be > 0, got ", pid);
-  FileDescriptor pidfd(pidfd_open(pid));
-  if (!pidfd.valid()) return errno == ESRCH;
-  pollfd entry{pidfd.get(), POLLIN, 0};
   const auto deadline = std::chrono::steady_clock::now() + timeout;
+  FileDescriptor pidfd = detail::open_pidfd(pid);
+  if (!pidfd.valid()) {
+    if (!detail::pidfds_refused(errno)) return errno == ESRCH;
+    while (!detail::exited_per_proc(pid)) {
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      ::usleep(1000);
+    }
+    return true;
+  }
+  pollfd entry{pidfd.get(), POLLIN, 0};
   while (true) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());

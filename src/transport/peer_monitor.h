@@ -6,6 +6,8 @@
 // becomes readable when its process exits (also for processes that are not our children, and
 // for zombies), so detection needs no polling and no heartbeat. When a watched process exits,
 // the watch's callback runs exactly once, on the monitor thread, and the watch is removed.
+// Where pidfds are refused (Linux < 5.3, valgrind, a seccomp filter: core/peer_process.h), the
+// thread reads /proc/<pid>/stat of such watches every 10 ms instead, and notices within that.
 //
 // Callbacks run on the monitor thread, one at a time, with no lock of the monitor held: they may
 // call watch() and unwatch() (also for their own id). They must be cheap and must not block

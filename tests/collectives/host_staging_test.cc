@@ -355,27 +355,11 @@ TEST(HostStagingFailureTest, DeadPeerMidPipelineFailsSurvivorsPromptly) {
           start(ctx);
           Tensor input = full({40000}, ctx.rank, kFloat32);  // 40 windows per rank
           Tensor output = zeros({40000 * ctx.world}, kFloat32);
-          const auto begin = std::chrono::steady_clock::now();
-          try {
-            all_gather_into_tensor(output, input);
-          } catch (const RemoteError& error) {
-            const double seconds =
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-            survivors.arrive_and_wait(ctx.world - 1);
-            require(std::string(error.what()).find("rank 1") != std::string::npos, error.what());
-            require(seconds < 2.0, str("noticed after ", seconds, " s"));
-            return;
-          }
-          throw testing::RequirementFailed("no error after a peer died");
+          testing::require_death_noticed(ctx, survivors, /*victim=*/1, /*bound_seconds=*/2.0,
+                                         [&] { all_gather_into_tensor(output, input); });
         },
         std::chrono::seconds(60), job);
-    for (const auto& result : results) {
-      if (result.rank == 1) {
-        EXPECT_EQ(result.signal, SIGKILL) << result.message;
-      } else {
-        EXPECT_EQ(result.exit_code, 0) << "rank " << result.rank << ": " << result.message;
-      }
-    }
+    EXPECT_TRUE(testing::only_victim_killed(results, /*victim=*/1)) << world << " ranks";
     EXPECT_TRUE(testing::no_segments_left(job));
   }
 }

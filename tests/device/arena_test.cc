@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "shmccl/error.hpp"
+#include "syscall_filter.h"
 
 namespace shmccl::device {
 namespace {
@@ -426,6 +428,41 @@ TEST(ArenaMappingTest, ChildMapsParentArena) {
   EXPECT_TRUE(check(arena.base() + offset, kBytes, 4));
 }
 
+// Where pidfd_getfd is refused (Yama's ptrace_scope 1 between siblings, EPERM; kernels before
+// 5.6 and valgrind, ENOSYS), a peer's arena is opened through /proc/<pid>/fd/<n>, with the same
+// checks and the same errors.
+TEST(ArenaMappingTest, ChildMapsParentArenaWhenPidfdGetfdIsRefused) {
+  constexpr uint64_t kBytes = 4 * kMiB;
+  Arena arena(4, 32 * kMiB);
+  const uint64_t offset = arena.allocate_segment(kBytes);
+  fill(arena.base() + offset, kBytes, 5);
+  const ArenaHandle handle = arena.handle();
+  for (int error : {EPERM, ENOSYS}) {
+    pid_t child = fork_child([&]() -> int {
+      testing::refuse_syscalls({SYS_pidfd_getfd, SYS_pidfd_open}, error);
+      auto mapping = ArenaMapping::open(handle);
+      if (!check(mapping->base() + offset, kBytes, 5)) return 1;
+      fill(mapping->base() + offset, kBytes, 6);
+      ArenaHandle bad = handle;
+      bad.fd = 1 << 20;
+      if (error_text<RemoteError>([&] { ArenaMapping::open(bad); }).find("has no open fd") ==
+          std::string::npos) {
+        return 2;
+      }
+      bad = handle;
+      bad.token ^= 1;
+      if (error_text<RemoteError>([&] { ArenaMapping::open(bad); }).find("token mismatch") ==
+          std::string::npos) {
+        return 3;
+      }
+      return 0;
+    });
+    EXPECT_EQ(wait_child(child), 0) << std::strerror(error);
+    EXPECT_TRUE(check(arena.base() + offset, kBytes, 6)) << std::strerror(error);
+    fill(arena.base() + offset, kBytes, 5);
+  }
+}
+
 TEST(ArenaMappingTest, MismatchedHandlesAreRemoteErrors) {
   Arena arena(2, 8 * kMiB);
   const ArenaHandle good = arena.handle();
@@ -490,6 +527,36 @@ TEST(ArenaMappingTest, DeadOwnerIsARemoteError) {
   // Reaped: the pid no longer exists.
   EXPECT_EQ(wait_child(child), 0);
   EXPECT_THAT(error_text<RemoteError>([&] { ArenaMapping::open(handle); }), HasSubstr(gone));
+}
+
+// The same where pidfds are refused: the /proc way tells a dead owner from a missing fd.
+TEST(ArenaMappingTest, DeadOwnerIsARemoteErrorWhenPidfdsAreRefused) {
+  pid_t checker = fork_child([&]() -> int {
+    testing::refuse_syscalls({SYS_pidfd_getfd, SYS_pidfd_open}, ENOSYS);
+    Channel channel;
+    pid_t owner = fork_child([&]() -> int {
+      Arena arena(1, 8 * kMiB);
+      const ArenaHandle handle = arena.handle();
+      write_all(channel.to_parent[1], &handle, sizeof(handle));
+      return 0;
+    });
+    ArenaHandle handle;
+    if (!read_all(channel.to_parent[0], &handle, sizeof(handle))) return 1;
+    const std::string gone = "process " + std::to_string(owner) + " is gone";
+    siginfo_t info{};
+    if (::waitid(P_PID, static_cast<id_t>(owner), &info, WEXITED | WNOWAIT) != 0) return 2;
+    if (error_text<RemoteError>([&] { ArenaMapping::open(handle); }).find(gone) ==
+        std::string::npos) {
+      return 3;  // a zombie
+    }
+    if (wait_child(owner) != 0) return 4;
+    if (error_text<RemoteError>([&] { ArenaMapping::open(handle); }).find(gone) ==
+        std::string::npos) {
+      return 5;  // reaped
+    }
+    return 0;
+  });
+  EXPECT_EQ(wait_child(checker), 0);
 }
 
 }  // namespace
