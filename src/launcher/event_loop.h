@@ -1,11 +1,18 @@
 // Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
 //
-// EventLoop: one io_uring that tells shmrun when an fd becomes ready (IORING_OP_POLL_ADD: pidfds,
-// pipes, the signalfd) or a delay has passed (IORING_OP_TIMEOUT). Every operation is one-shot and
-// carries a handler called from run_once() with the completion's result (poll: the ready events,
-// or -errno; timeout: -ETIME when it expired). cancel() forgets an operation: its handler is never
-// called. No threads, no polling sleeps: run_once() blocks in io_uring_enter until something
-// happens. Single-threaded; the loop owns the ring.
+// EventLoop: tells shmrun when an fd becomes ready (pidfds, pipes, the signalfd) or a delay has
+// passed. Every operation is one-shot and carries a handler called from run_once() with the
+// completion's result (poll: the ready events, or -errno; timeout: -ETIME when it expired).
+// cancel() forgets an operation: its handler is never called. No threads, no polling sleeps:
+// run_once() blocks in the kernel until something happens. Single-threaded; the loop owns its
+// kernel objects.
+//
+// Two backends with one behaviour. io_uring (IORING_OP_POLL_ADD, IORING_OP_TIMEOUT) where the
+// kernel lets us have a ring; ppoll(2) over the pending operations where it does not: Docker's
+// default seccomp profile refuses io_uring since Docker 25, the io_uring_disabled sysctl (some
+// distributions, hardened hosts) and gVisor refuse it too, and kernels before 5.6 cannot be probed
+// for the operations used. shmrun waits on tens of fds at most, so ppoll's scan costs nothing
+// there.
 #pragma once
 
 #include <liburing.h>
@@ -14,6 +21,8 @@
 #include <cstdint>
 #include <functional>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 namespace shmccl::launcher {
 
@@ -22,7 +31,11 @@ class EventLoop {
   using Handler = std::function<void(int result)>;
   using OpId = uint64_t;
 
-  EventLoop();
+  enum class Backend {
+    kAuto,  // io_uring, or ppoll where io_uring is refused
+    kPoll,  // ppoll only
+  };
+  explicit EventLoop(Backend backend = Backend::kAuto);
   ~EventLoop();
   EventLoop(const EventLoop&) = delete;
   EventLoop& operator=(const EventLoop&) = delete;
@@ -38,14 +51,27 @@ class EventLoop {
   // completion available. Handlers may add and cancel operations.
   void run_once();
 
+  // Whether the loop runs on io_uring (else on ppoll: see above).
+  bool uses_io_uring() const { return uring_; }
+
  private:
+  using Clock = std::chrono::steady_clock;
   struct Pending {
     Handler handler;
-    __kernel_timespec timespec{};  // read by the kernel at submission (timeouts only)
+    __kernel_timespec timespec{};  // read by the kernel at submission (io_uring timeouts only)
+    // The ppoll backend's record of the operation: an fd to poll, or a deadline.
+    int fd = -1;
+    unsigned poll_mask = 0;
+    Clock::time_point deadline = Clock::time_point::max();
   };
 
   io_uring_sqe* next_sqe();
+  void run_once_with_io_uring();
+  void run_once_with_ppoll();
+  // Runs the handlers of `completions` (id, result), in order, skipping ids cancelled meanwhile.
+  void dispatch(const std::vector<std::pair<OpId, int>>& completions);
 
+  bool uring_ = false;
   io_uring ring_{};
   OpId next_id_ = 1;  // 0 tags cancel requests, whose completions are ignored
   std::unordered_map<OpId, Pending> handlers_;

@@ -4,18 +4,28 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <string>
 #include <vector>
+
+#include "syscall_filter.h"
 
 namespace shmccl::launcher {
 namespace {
 
 using namespace std::chrono_literals;
 
-TEST(EventLoop, PollFiresWhenTheFdBecomesReadable) {
-  EventLoop loop;
+// Every test runs on both backends: io_uring (kAuto here, where the kernel gives us a ring) and
+// ppoll (where it is refused).
+class EventLoopTest : public ::testing::TestWithParam<EventLoop::Backend> {};
+
+TEST_P(EventLoopTest, PollFiresWhenTheFdBecomesReadable) {
+  EventLoop loop(GetParam());
   int fds[2];
   ASSERT_EQ(pipe2(fds, O_CLOEXEC), 0);
   int result = 0;
@@ -27,8 +37,8 @@ TEST(EventLoop, PollFiresWhenTheFdBecomesReadable) {
   close(fds[1]);
 }
 
-TEST(EventLoop, TimeoutsFireInOrderAndCancelledOnesNever) {
-  EventLoop loop;
+TEST_P(EventLoopTest, TimeoutsFireInOrderAndCancelledOnesNever) {
+  EventLoop loop(GetParam());
   std::vector<int> fired;
   loop.add_timeout(20ms, [&](int res) {
     EXPECT_EQ(res, -ETIME);
@@ -43,8 +53,8 @@ TEST(EventLoop, TimeoutsFireInOrderAndCancelledOnesNever) {
   EXPECT_EQ(fired, (std::vector<int>{1, 2}));
 }
 
-TEST(EventLoop, HandlersMayAddOperations) {
-  EventLoop loop;
+TEST_P(EventLoopTest, HandlersMayAddOperations) {
+  EventLoop loop(GetParam());
   int count = 0;
   std::function<void(int)> again = [&](int) {
     if (++count < 3) loop.add_timeout(1ms, again);
@@ -53,6 +63,74 @@ TEST(EventLoop, HandlersMayAddOperations) {
   for (int i = 0; i < 3; ++i)
     loop.run_once();
   EXPECT_EQ(count, 3);
+}
+
+TEST_P(EventLoopTest, CancelledPollsNeverFireAndOthersStillDo) {
+  EventLoop loop(GetParam());
+  int fds[2];
+  ASSERT_EQ(pipe2(fds, O_CLOEXEC), 0);
+  std::vector<int> fired;
+  const EventLoop::OpId cancelled = loop.add_poll(fds[0], POLLIN, [&](int) { fired.push_back(1); });
+  loop.add_poll(fds[0], POLLIN, [&](int res) { fired.push_back(res & POLLIN ? 2 : -2); });
+  loop.cancel(cancelled);
+  loop.add_timeout(1ms, [&](int res) { fired.push_back(res == -ETIME ? 3 : -3); });
+  ASSERT_EQ(write(fds[1], "x", 1), 1);
+  const auto start = std::chrono::steady_clock::now();
+  while (fired.size() < 2 && std::chrono::steady_clock::now() - start < 5s)
+    loop.run_once();
+  std::sort(fired.begin(), fired.end());
+  EXPECT_EQ(fired, (std::vector<int>{2, 3}));
+  close(fds[0]);
+  close(fds[1]);
+}
+
+// A hang-up (the write end of a rank's pipe closed as it exits) completes a poll too.
+TEST_P(EventLoopTest, HangupCompletesAPoll) {
+  EventLoop loop(GetParam());
+  int fds[2];
+  ASSERT_EQ(pipe2(fds, O_CLOEXEC), 0);
+  int result = 0;
+  loop.add_poll(fds[0], POLLIN, [&](int res) { result = res; });
+  close(fds[1]);
+  loop.run_once();
+  EXPECT_TRUE(result & POLLHUP) << result;
+  close(fds[0]);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, EventLoopTest,
+                         ::testing::Values(EventLoop::Backend::kAuto, EventLoop::Backend::kPoll),
+                         [](const ::testing::TestParamInfo<EventLoop::Backend>& info) {
+                           return std::string(info.param == EventLoop::Backend::kAuto ? "Auto"
+                                                                                      : "Poll");
+                         });
+
+TEST(EventLoop, UsesIoUringWhereTheKernelGivesARing) {
+  io_uring ring;
+  const bool available = io_uring_queue_init(8, &ring, 0) == 0;
+  if (available) io_uring_queue_exit(&ring);
+  EXPECT_EQ(EventLoop().uses_io_uring(), available);
+  EXPECT_FALSE(EventLoop(EventLoop::Backend::kPoll).uses_io_uring());
+}
+
+// Where io_uring_setup is refused (Docker's seccomp profile, the io_uring_disabled sysctl), the
+// loop takes ppoll and works the same (in a child: the filter cannot be undone).
+TEST(EventLoop, FallsBackToPpollWhereIoUringIsRefused) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    shmccl::testing::refuse_syscalls({SYS_io_uring_setup}, EPERM);
+    EventLoop loop;
+    int fds[2];
+    int result = 0;
+    if (loop.uses_io_uring() || pipe2(fds, O_CLOEXEC) != 0) _exit(2);
+    loop.add_poll(fds[0], POLLIN, [&](int res) { result = res; });
+    if (write(fds[1], "x", 1) != 1) _exit(3);
+    loop.run_once();
+    _exit(result & POLLIN ? 0 : 4);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
 }  // namespace

@@ -8,6 +8,9 @@
 //                     error)
 //   dump              three all_reduces, print "ready", wait to be stopped (SIGUSR1 dumps the
 //                     recorder)
+//   collectives       all-reduce and uneven all-gather of NPU tensors large enough for the work
+//                     pool (each rank reads and writes its peers' memory), checked; prints
+//                     "ok rank=R" (exit 1 with "wrong ..." on stderr otherwise)
 #include <signal.h>
 #include <unistd.h>
 
@@ -16,6 +19,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "shmccl/shmccl.hpp"
 #include "transport/process_state.h"
@@ -62,7 +66,7 @@ bool wait_until_inside(const std::string& markers, int rank,
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: shmccl_worker die RANK MARKERS | dump\n");
+    std::fprintf(stderr, "usage: shmccl_worker die RANK MARKERS | dump | collectives\n");
     return 64;
   }
   const std::string mode = argv[1];
@@ -72,6 +76,43 @@ int main(int argc, char** argv) {
   shmccl::Tensor t = shmccl::ones({4}, shmccl::kFloat32);
   for (int i = 0; i < 3; ++i)
     shmccl::all_reduce(t);
+  if (mode == "collectives") {
+    shmccl::npu::set_device(rank % shmccl::npu::device_count());
+    const int64_t n = 1 << 18;
+    shmccl::Tensor reduced = shmccl::full({n}, int64_t{rank} + 1, shmccl::kInt64).npu();
+    shmccl::all_reduce(reduced);
+    const int64_t sum = int64_t{world_size} * (world_size + 1) / 2;
+    if (!shmccl::equal(reduced.cpu(), shmccl::full({n}, sum, shmccl::kInt64))) {
+      std::fprintf(stderr, "wrong all_reduce on rank %d\n", rank);
+      return 1;
+    }
+    std::vector<int64_t> splits;
+    for (int r = 0; r < world_size; ++r)
+      splits.push_back(n + r);
+    int64_t total = 0;
+    for (int64_t rows : splits)
+      total += rows;
+    shmccl::Tensor gathered = shmccl::zeros({total}, shmccl::kInt64).npu();
+    shmccl::all_gather_into_tensor_uneven(
+        gathered,
+        shmccl::full({splits[static_cast<size_t>(rank)]}, int64_t{rank}, shmccl::kInt64).npu(),
+        splits);
+    const shmccl::Tensor host = gathered.cpu();
+    int64_t row = 0;
+    for (int r = 0; r < world_size; ++r) {
+      const int64_t rows = splits[static_cast<size_t>(r)];
+      if (!shmccl::equal(host.narrow(0, row, rows),
+                         shmccl::full({rows}, int64_t{r}, shmccl::kInt64))) {
+        std::fprintf(stderr, "wrong all_gather_into_tensor_uneven on rank %d (rows of %d)\n", rank,
+                     r);
+        return 1;
+      }
+      row += rows;
+    }
+    std::printf("ok rank=%d\n", rank);
+    shmccl::destroy_process_group();
+    return 0;
+  }
   if (mode == "dump") {
     std::printf("ready rank=%d pid=%d\n", rank, static_cast<int>(getpid()));
     std::fflush(stdout);
