@@ -14,8 +14,7 @@
 
 namespace shmccl::detail {
 
-// glibc 2.36 has wrappers for neither pidfd_open nor pidfd_getfd in every distribution we build
-// on: the syscalls, directly.
+// glibc has wrappers for pidfd_open and pidfd_getfd only since 2.36: the syscalls, directly.
 FileDescriptor open_pidfd(pid_t pid) {
   return FileDescriptor(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
 }

@@ -17,6 +17,7 @@
 
 #include "core/check.h"
 #include "core/config.h"
+#include "core/cpu_quota.h"
 #include "core/logging.h"
 #include "core/storage.h"
 #include "device/kernels.h"
@@ -271,9 +272,6 @@ int cpu_share() {
     CPU_ZERO(&set);
     int cpus = 1;
     if (sched_getaffinity(0, sizeof(set), &set) == 0) cpus = CPU_COUNT(&set);
-    const long online = sysconf(_SC_NPROCESSORS_ONLN);
-    // Bound to fewer CPUs than the host has: the launcher gave this rank its own.
-    if (online > 0 && cpus < online) return std::max(1, cpus);
     int ranks = 1;
     for (const char* name : {"LOCAL_WORLD_SIZE", "WORLD_SIZE"}) {
       if (const char* value = std::getenv(name); value != nullptr && std::atoi(value) > 0) {
@@ -282,7 +280,15 @@ int cpu_share() {
       }
     }
     if (ranks == 1 && is_initialized()) ranks = get_world_size();
-    return std::max(1, cpus / ranks);
+    const long online = sysconf(_SC_NPROCESSORS_ONLN);
+    // Bound to fewer CPUs than the host has: the launcher gave this rank its own. Else the
+    // ranks share what they see.
+    int mine = online > 0 && cpus < online ? cpus : cpus / ranks;
+    // A cgroup's CPU limit (a container's --cpus) is the job's to share as well: GEMM threads
+    // beyond it only get every rank throttled.
+    if (const int quota = detail::cpu_quota_cores(); quota > 0)
+      mine = std::min(mine, quota / ranks);
+    return std::max(1, mine);
   }();
   return share;
 }

@@ -58,7 +58,7 @@ inline constexpr int kCallRing = 32;
 inline constexpr size_t kSmallInlineBytes = 2 * 1024;
 inline constexpr int kInlineRing = 8;
 inline constexpr uint64_t kControlMagic = 0x73686d63636c4342ull;  // "shmcclCB"
-inline constexpr uint32_t kControlVersion = 12;
+inline constexpr uint32_t kControlVersion = 13;
 
 // The slot entry of collective `sequence`, and its inline area.
 inline constexpr int ring_entry(uint64_t sequence) {
@@ -194,7 +194,9 @@ struct alignas(kCacheLine) RankSlot {
   // This rank's place among the group's departures (1 for the first), written before
   // departed_at: a rank that failed because another departed names that one, not itself.
   std::atomic<uint32_t> departure_order;
-  uint32_t reserved;
+  // The whole CPUs this rank's cgroup lets it keep busy (core/cpu_quota.h), 0 without a limit;
+  // written before it attaches, read with `cpus`.
+  uint32_t cpu_quota;
   char failure[kFailureTextBytes];
   // The CPUs this rank may run on (its affinity mask, as a cpu_set_t), written before it
   // attaches: whether the group's ranks outnumber the cores they share is read off the union of

@@ -10,6 +10,7 @@
 
 #include "core/check.h"
 #include "core/config.h"
+#include "core/cpu_quota.h"
 #include "core/logging.h"
 #include "core/memory_order.h"
 #include "device/device_context.h"
@@ -23,6 +24,12 @@ namespace {
 static_assert(sizeof(cpu_set_t) == kCpuMaskWords * sizeof(uint64_t));
 
 // The CPUs this process may run on: its affinity mask, or every online CPU when it cannot be read.
+// Of `cpus` CPUs in the affinity masks, how many the ranks can keep busy under a cgroup limit of
+// `quota` whole CPUs (0: none).
+int cores_to_run_on(int cpus, int quota) {
+  return quota > 0 ? std::min(cpus, quota) : cpus;
+}
+
 cpu_set_t usable_cpus() {
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof(set), &set) != 0) {
@@ -58,7 +65,7 @@ GroupTransport::GroupTransport(ShmSegment segment, int rank, int size)
       own_cpus_(usable_cpus()) {
   enable_asymmetric_fences();
   // Until every rank attached, this rank's own CPUs are all it knows of the group's.
-  set_oversubscribed(size > CPU_COUNT(&own_cpus_));
+  set_oversubscribed(size > cores_to_run_on(CPU_COUNT(&own_cpus_), detail::cpu_quota_cores()));
 }
 
 void GroupTransport::set_oversubscribed(bool oversubscribed) {
@@ -95,6 +102,7 @@ std::unique_ptr<GroupTransport> GroupTransport::create(const std::string& name, 
   RankSlot& mine = transport->slot(rank);
   mine.pid.store(getpid(), std::memory_order_relaxed);
   std::memcpy(mine.cpus, &transport->own_cpus_, sizeof(mine.cpus));
+  mine.cpu_quota = static_cast<uint32_t>(detail::cpu_quota_cores());
   publish_cpu(mine);
   mine.attached.store(kAttached, std::memory_order_relaxed);
   transport->header_->attached_count.fetch_add(1, std::memory_order_seq_cst);
@@ -117,6 +125,7 @@ std::unique_ptr<GroupTransport> GroupTransport::open(const std::string& name, in
                    mine.pid.load(std::memory_order_relaxed), ": two processes use the same rank");
   mine.pid.store(getpid(), std::memory_order_relaxed);
   std::memcpy(mine.cpus, &transport->own_cpus_, sizeof(mine.cpus));
+  mine.cpu_quota = static_cast<uint32_t>(detail::cpu_quota_cores());
   publish_cpu(mine);
   mine.attached.store(kAttached, std::memory_order_seq_cst);
   transport->header_->attached_count.fetch_add(1, std::memory_order_seq_cst);
@@ -199,17 +208,23 @@ void GroupTransport::wait_for_all_attached(Clock::time_point deadline, bool job_
   // The ranks outnumber the cores they may run on, all ranks' CPUs together: two ranks bound to
   // two cores do not, two ranks pinned to one core do. Every rank reads the same masks, so all
   // decide alike; the barrier's ranks read awaits_release only at a barrier, after this store.
+  // A cgroup's CPU limit caps the count (the tightest any rank reports: ranks of one job share
+  // their container).
   cpu_set_t group_cpus;
   CPU_ZERO(&group_cpus);
+  int quota = 0;
   for (int r = 0; r < size_; ++r) {
     cpu_set_t rank_cpus;
     std::memcpy(&rank_cpus, slots_[r].cpus, sizeof(rank_cpus));
     CPU_OR(&group_cpus, &group_cpus, &rank_cpus);
+    const int rank_quota = static_cast<int>(std::min<uint32_t>(slots_[r].cpu_quota, CPU_SETSIZE));
+    if (rank_quota > 0) quota = quota > 0 ? std::min(quota, rank_quota) : rank_quota;
   }
   // A sub-group of a job whose ranks outnumber its cores is too (as Open MPI's yield-when-idle is
   // a job's setting): the members of the job's other groups need the cores its waits would spin on.
-  const bool outnumbered =
-      CPU_COUNT(&group_cpus) > 0 ? size_ > CPU_COUNT(&group_cpus) : oversubscribed_;
+  const bool outnumbered = CPU_COUNT(&group_cpus) > 0
+                               ? size_ > cores_to_run_on(CPU_COUNT(&group_cpus), quota)
+                               : oversubscribed_;
   set_oversubscribed(job_oversubscribed || outnumbered);
   slots_[rank_].awaits_release.store(awaits_release() ? 1 : 0, std::memory_order_relaxed);
   // Only now watch: a callback (on the monitor thread) reads peer_pids_, which must be complete

@@ -1,11 +1,17 @@
 // Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
 //
 // Whether a group runs oversubscribed (its waits yield and sleep instead of spinning, and its
-// barriers let rank 0 out first) is read off the union of its ranks' affinity masks: ranks that a
-// launcher binds to a core each are not oversubscribed, ranks pinned to one core are, and so are
-// more ranks than the cores they share. Every rank must reach the same verdict.
+// barriers let rank 0 out first) is read off the union of its ranks' affinity masks, capped by
+// their cgroup's CPU limit: ranks that a launcher binds to a core each are not oversubscribed,
+// ranks pinned to one core are, and so are more ranks than the cores they share, or than the CPUs
+// their container may use. Every rank must reach the same verdict.
 #include <gtest/gtest.h>
 #include <sched.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
 
 #include <functional>
 #include <vector>
@@ -134,6 +140,63 @@ TEST(Oversubscription, SubGroupsTakeTheJobsVerdict) {
     });
     EXPECT_TRUE(testing::all_ranks_succeeded(results));
   }
+}
+
+// A cgroup of this machine's cpu controller, limited to `cpus` CPUs, made for a test and removed
+// after it; not usable where we may not make one (not root, no writable cgroup file system).
+class CpuLimitedCgroup {
+ public:
+  explicit CpuLimitedCgroup(int cpus) {
+    const std::string name = "/shmccl-test-" + std::to_string(getpid());
+    // v1's cpu hierarchy where the host has one, else v2's (the root's, which enables cpu).
+    for (const char* v1 : {"/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/cpu"}) {
+      if (make(v1 + name) && put("cpu.cfs_period_us", "100000") &&
+          put("cpu.cfs_quota_us", std::to_string(cpus * 100000))) {
+        return;
+      }
+      remove();
+    }
+    if (make("/sys/fs/cgroup" + name) && put("cpu.max", std::to_string(cpus * 100000) + " 100000"))
+      return;
+    remove();
+  }
+  ~CpuLimitedCgroup() { remove(); }
+  bool usable() const { return !directory_.empty(); }
+  // Moves the calling process into the cgroup.
+  void join() const { require(put("cgroup.procs", "0"), "joining " + directory_); }
+
+ private:
+  bool make(const std::string& directory) {
+    if (::mkdir(directory.c_str(), 0755) != 0) return false;
+    directory_ = directory;
+    return true;
+  }
+  bool put(const std::string& file, const std::string& value) const {
+    std::ofstream out(directory_ + "/" + file);
+    out << value << std::flush;
+    return static_cast<bool>(out);
+  }
+  void remove() {
+    if (!directory_.empty()) ::rmdir(directory_.c_str());  // empty once its ranks exited
+    directory_.clear();
+  }
+  std::string directory_;
+};
+
+// Two ranks bound to a core each, in a container allowed one CPU: they run oversubscribed (they
+// spun before and, where the limit throttles, stalled each other for the rest of the period).
+TEST(Oversubscription, RanksThatTheirCgroupLimitsToFewerCpusAre) {
+  const std::vector<int> cpus = allowed_cpus();
+  if (cpus.size() < 2) GTEST_SKIP() << "needs two CPUs";
+  CpuLimitedCgroup one_cpu(1);
+  if (!one_cpu.usable()) GTEST_SKIP() << "cannot make a cgroup with a CPU limit here";
+  expect_verdict(
+      2,
+      [&](int rank) {
+        one_cpu.join();
+        bind_to(cpus[static_cast<size_t>(rank)]);
+      },
+      true);
 }
 
 }  // namespace
