@@ -23,13 +23,13 @@ namespace {
 
 static_assert(sizeof(cpu_set_t) == kCpuMaskWords * sizeof(uint64_t));
 
-// The CPUs this process may run on: its affinity mask, or every online CPU when it cannot be read.
 // Of `cpus` CPUs in the affinity masks, how many the ranks can keep busy under a cgroup limit of
 // `quota` whole CPUs (0: none).
 int cores_to_run_on(int cpus, int quota) {
   return quota > 0 ? std::min(cpus, quota) : cpus;
 }
 
+// The CPUs this process may run on: its affinity mask, or every online CPU when it cannot be read.
 cpu_set_t usable_cpus() {
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof(set), &set) != 0) {
@@ -65,10 +65,12 @@ GroupTransport::GroupTransport(ShmSegment segment, int rank, int size)
       own_cpus_(usable_cpus()) {
   enable_asymmetric_fences();
   // Until every rank attached, this rank's own CPUs are all it knows of the group's.
-  set_oversubscribed(size > cores_to_run_on(CPU_COUNT(&own_cpus_), detail::cpu_quota_cores()));
+  const int quota = detail::cpu_quota_cores();
+  set_oversubscribed(size > cores_to_run_on(CPU_COUNT(&own_cpus_), quota),
+                     size <= CPU_COUNT(&own_cpus_));
 }
 
-void GroupTransport::set_oversubscribed(bool oversubscribed) {
+void GroupTransport::set_oversubscribed(bool oversubscribed, bool cores_suffice) {
   oversubscribed_ = oversubscribed;
   spin_budget_ = std::chrono::nanoseconds(0);
   yield_budget_ = std::chrono::nanoseconds(0);
@@ -78,6 +80,11 @@ void GroupTransport::set_oversubscribed(bool oversubscribed) {
   };
   if (!oversubscribed_) {
     spin_budget_ = seconds("SHMCCL_SPIN_TIME");
+  } else if (cores_suffice) {
+    // Only a cgroup's CPU limit makes the ranks too many: each has a core, but every moment on
+    // it counts against the quota. A yield finds nothing else to run there and returns at once,
+    // spending the quota as a spin does: sleep after a few checks instead (2 ranks limited to 1
+    // CPU, 500 us of work on one of them between all-reduces: docs/performance.md).
   } else {
     yield_budget_ = seconds("SHMCCL_YIELD_TIME");
     // A sub-group's slots do not show the job's other ranks, which may need this core.
@@ -225,7 +232,8 @@ void GroupTransport::wait_for_all_attached(Clock::time_point deadline, bool job_
   const bool outnumbered = CPU_COUNT(&group_cpus) > 0
                                ? size_ > cores_to_run_on(CPU_COUNT(&group_cpus), quota)
                                : oversubscribed_;
-  set_oversubscribed(job_oversubscribed || outnumbered);
+  set_oversubscribed(job_oversubscribed || outnumbered,
+                     !job_oversubscribed && size_ <= CPU_COUNT(&group_cpus));
   slots_[rank_].awaits_release.store(awaits_release() ? 1 : 0, std::memory_order_relaxed);
   // Only now watch: a callback (on the monitor thread) reads peer_pids_, which must be complete
   // and no longer written; watch() publishes it to that thread.

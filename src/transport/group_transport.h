@@ -152,7 +152,9 @@ class GroupTransport {
  private:
   GroupTransport(ShmSegment segment, int rank, int size);
   // Sets oversubscribed_ and the waits' spin and yield budgets that follow from it.
-  void set_oversubscribed(bool oversubscribed);
+  // `cores_suffice`: the ranks have a core each, and only a cgroup's CPU limit makes them too
+  // many (then waits do not yield, they sleep soon).
+  void set_oversubscribed(bool oversubscribed, bool cores_suffice = false);
   void on_peer_death(pid_t pid);
   std::string failure_message() const;
   // Throws the group's failure with `context` (what this rank waited for) appended: a
