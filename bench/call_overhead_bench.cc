@@ -7,9 +7,16 @@
 // Built twice: shmccl_call_overhead_bench links libshmccl.a, as the other benchmarks do, and
 // shmccl_call_overhead_shared_bench links libshmccl.so, as applications do (the two must read
 // alike: a shared library that calls its own functions through its PLT did not).
+//
+// `--loop=OP:N` instead makes exactly N calls of OP (broadcast, all_reduce, all_gather,
+// reduce_scatter) and exits: bench/call_instructions.sh counts the instructions of a call with it
+// under callgrind, a figure that does not move with the VM's modes as times do.
 #include <benchmark/benchmark.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -72,9 +79,47 @@ void BM_ReduceScatterUneven(benchmark::State& state) {
 }
 BENCHMARK(BM_ReduceScatterUneven)->Name("BM_CallOverhead/reduce_scatter_tensor_uneven/8");
 
+// The calls of --loop=OP:N; false for an unknown OP.
+bool loop(const std::string& op, long count) {
+  ensure_group();
+  shmccl::Tensor input = shmccl::ones({2}, shmccl::kFloat32).npu();
+  shmccl::Tensor output = shmccl::zeros({2}, shmccl::kFloat32).npu();
+  const std::vector<int64_t> split_sizes{2};
+  if (op == "broadcast") {
+    for (long i = 0; i < count; ++i)
+      shmccl::broadcast(input, 0);
+  } else if (op == "all_reduce") {
+    for (long i = 0; i < count; ++i)
+      shmccl::all_reduce(input);
+  } else if (op == "all_gather") {
+    for (long i = 0; i < count; ++i)
+      shmccl::all_gather_into_tensor_uneven(output, input, split_sizes);
+  } else if (op == "reduce_scatter") {
+    for (long i = 0; i < count; ++i)
+      shmccl::reduce_scatter_tensor_uneven(output, input, split_sizes);
+  } else {
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  constexpr const char* kLoop = "--loop=";
+  if (argc == 2 && std::strncmp(argv[1], kLoop, std::strlen(kLoop)) == 0) {
+    const std::string spec = argv[1] + std::strlen(kLoop);
+    const size_t colon = spec.find(':');
+    const bool ran = colon != std::string::npos &&
+                     loop(spec.substr(0, colon), std::atol(spec.c_str() + colon + 1));
+    if (shmccl::is_initialized()) shmccl::destroy_process_group();
+    if (!ran)
+      std::fprintf(stderr,
+                   "usage: %s --loop=OP:N (OP: broadcast, all_reduce, "
+                   "all_gather, reduce_scatter)\n",
+                   argv[0]);
+    return ran ? 0 : 2;
+  }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

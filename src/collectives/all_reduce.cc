@@ -12,16 +12,16 @@ namespace shmccl::collectives {
 namespace {
 
 uint64_t inline_bytes(const OpPlan& plan, int /*size*/) {
-  return plan.input().nbytes();
+  return plan.input_bytes();
 }
 
 void stage_inline(const OpPlan& plan, int /*rank*/, unsigned char* payload) {
-  if (plan.input().nbytes() > 0)
-    kernels::copy_small(payload, plan.input().data_ptr(), plan.input().nbytes());
+  if (plan.input_bytes() > 0)
+    kernels::copy_small(payload, plan.input().data_ptr(), plan.input_bytes());
 }
 
 PayloadRange inline_reads(const OpPlan& plan, int /*reader*/, int /*writer*/) {
-  return {0, plan.input().nbytes()};
+  return {0, plan.input_bytes()};
 }
 
 void finish_inline(const ExecContext& context) {
@@ -35,13 +35,13 @@ void finish_inline(const ExecContext& context) {
 }
 
 uint64_t count_chunks(const ExecContext& context) {
-  return piece_count(context.plan.input().nbytes(), context.chunk_bytes);
+  return piece_count(context.plan.input_bytes(), context.chunk_bytes);
 }
 
 void run_chunk(const ExecContext& context, uint64_t chunk) {
   const OpPlan& plan = context.plan;
   const uint64_t offset = chunk * context.chunk_bytes;
-  const uint64_t length = std::min<uint64_t>(context.chunk_bytes, plan.input().nbytes() - offset);
+  const uint64_t length = std::min<uint64_t>(context.chunk_bytes, plan.input_bytes() - offset);
   const void* sources[transport::kMaxRanks];
   for (int j = 0; j < context.size; ++j)
     sources[j] = context.inputs[j] + offset;

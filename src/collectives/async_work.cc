@@ -9,7 +9,7 @@ namespace shmccl::collectives {
 
 AsyncWork::AsyncWork(detail::GroupState& state, const OpPlan& plan)
     : Work(plan.name, plan.sequence, /*runs_on_stream=*/true), state_(state) {
-  plan_.copy_owning(plan);
+  plan_.copy_owning(plan, tensors_);
 }
 
 void AsyncWork::enqueue_on(npu::detail::StreamImpl& stream,
@@ -30,6 +30,7 @@ void AsyncWork::run() noexcept {
   // Before completing: a waiter that returns finds the tensors released, as after a
   // synchronous call (a handle kept for later does not keep their memory).
   plan_.release_tensors();
+  tensors_ = OwnedTensors();
   finish(std::move(error));
 }
 

@@ -35,6 +35,7 @@ class AsyncWork final : public Work {
   void help(bool run_here) const override;
 
   detail::GroupState& state_;
+  OwnedTensors tensors_;  // what plan_ references, until the collective has run
   OpPlan plan_;
   // Set by enqueue_on before the handle is handed out, then only read.
   npu::detail::StreamImpl::Helper helper_;

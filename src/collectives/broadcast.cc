@@ -11,38 +11,36 @@ namespace shmccl::collectives {
 namespace {
 
 uint64_t inline_bytes(const OpPlan& plan, int /*size*/) {
-  return plan.input().nbytes();
+  return plan.input_bytes();
 }
 
 void stage_inline(const OpPlan& plan, int rank, unsigned char* payload) {
-  if (rank == plan.root && plan.input().nbytes() > 0) {
-    kernels::copy_small(payload, plan.input().data_ptr(), plan.input().nbytes());
-  }
+  if (rank == plan.root && plan.input_bytes() > 0)
+    kernels::copy_small(payload, plan.input().data_ptr(), plan.input_bytes());
 }
 
 // Receivers read the root's payload; nobody reads the others'.
 PayloadRange inline_reads(const OpPlan& plan, int reader, int writer) {
   if (reader == plan.root || writer != plan.root) return {};
-  return {0, plan.input().nbytes()};
+  return {0, plan.input_bytes()};
 }
 
 void finish_inline(const ExecContext& context) {
   const OpPlan& plan = context.plan;
-  if (context.rank != plan.root && plan.input().nbytes() > 0) {
-    kernels::copy_small(plan.output().data_ptr(), context.payloads[plan.root],
-                        plan.input().nbytes());
+  if (context.rank != plan.root && plan.input_bytes() > 0) {
+    kernels::copy_small(plan.output().data_ptr(), context.payloads[plan.root], plan.input_bytes());
   }
 }
 
 // Chunk k: piece k of the root's tensor, read once and written into every other rank's tensor.
 uint64_t count_chunks(const ExecContext& context) {
-  return context.size > 1 ? piece_count(context.plan.input().nbytes(), context.chunk_bytes) : 0;
+  return context.size > 1 ? piece_count(context.plan.input_bytes(), context.chunk_bytes) : 0;
 }
 
 void run_chunk(const ExecContext& context, uint64_t chunk) {
   const OpPlan& plan = context.plan;
   const uint64_t offset = chunk * context.chunk_bytes;
-  const uint64_t length = std::min<uint64_t>(context.chunk_bytes, plan.input().nbytes() - offset);
+  const uint64_t length = std::min<uint64_t>(context.chunk_bytes, plan.input_bytes() - offset);
   for (int destination = 0; destination < context.size; ++destination) {
     if (destination == plan.root) continue;
     context.copy(context.outputs[destination] + offset, context.inputs[plan.root] + offset, length);

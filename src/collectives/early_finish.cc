@@ -11,7 +11,9 @@ bool EarlyFinishes::check_call(const transport::GroupTransport& transport, uint6
   const int entry = transport::ring_entry(sequence);
   const uint64_t mine =
       transport.slot(transport.rank()).arrivals[entry].fingerprint.load(std::memory_order_relaxed);
-  for (int r = 0; r < transport.size(); ++r) {
+  // (The size in a local: the atomic loads would make the compiler read it again each time.)
+  const int size = transport.size();
+  for (int r = 0; r < size; ++r) {
     // Every rank arrived at `sequence` (acquire): the line holds this call's fingerprint or a
     // later call's, written after its owner compared this call with every rank.
     const uint64_t theirs =
@@ -27,16 +29,33 @@ bool EarlyFinishes::check_call(const transport::GroupTransport& transport, uint6
 
 bool EarlyFinishes::poll(const transport::GroupTransport& transport, uint64_t current) {
   if (mismatch_rank_ >= 0) return true;
+  // One pass over the ranks per call, each rank's fingerprint compared right after its arrival
+  // was seen (that arrival is all check_call needs of it); the call counts as checked once every
+  // rank passed. (Two passes and a call per check cost a rank that finishes every call early
+  // about 65 instructions a call.)
+  const int size = transport.size();
   while (all_arrived_ + 1 < current) {
     const uint64_t next = all_arrived_ + 1;
-    for (int r = 0; r < transport.size(); ++r) {
-      if (!transport::arrived_at(transport.slot(r), next)) return false;
+    const int entry = transport::ring_entry(next);
+    const uint32_t bit = 1u << entry;
+    const bool check = (unchecked_ & bit) != 0;
+    const uint64_t expected = transport.slot(transport.rank())
+                                  .arrivals[entry]
+                                  .fingerprint.load(std::memory_order_relaxed);
+    for (int r = 0; r < size; ++r) {
+      const transport::ArrivalLine& line = transport.slot(r).arrivals[entry];
+      if (line.sequence.load(std::memory_order_acquire) < next) return false;
+      if (!check) continue;
+      // Arrived (acquire): the line holds this call's fingerprint or a later call's, written
+      // after its owner compared this call with every rank.
+      const uint64_t theirs = line.fingerprint.load(std::memory_order_relaxed);
+      if (transport::fingerprint_of_call(theirs, next) && theirs != expected) [[unlikely]] {
+        mismatch_sequence_ = next;
+        mismatch_rank_ = r;
+        return true;
+      }
     }
-    const uint32_t bit = 1u << transport::ring_entry(next);
-    if ((unchecked_ & bit) != 0) {
-      if (!check_call(transport, next)) return true;
-      unchecked_ &= ~bit;
-    }
+    unchecked_ &= ~bit;
     all_arrived_ = next;
   }
   return false;
@@ -52,9 +71,8 @@ void EarlyFinishes::check_through(const transport::GroupTransport& transport, ui
   }
 }
 
-void EarlyFinishes::throw_if_mismatch(const transport::GroupTransport& transport,
-                                      uint64_t current) const {
-  if (mismatch_rank_ < 0) return;
+void EarlyFinishes::throw_mismatch(const transport::GroupTransport& transport,
+                                   uint64_t current) const {
   const int entry = transport::ring_entry(mismatch_sequence_);
   const char* which =
       mismatch_sequence_ + 1 == current ? "the previous collective" : "an earlier collective";

@@ -61,7 +61,10 @@ class EarlyFinishes {
   // waiting); true when one of them is a mismatch, which throw_if_mismatch() then reports.
   bool poll(const transport::GroupTransport& transport, uint64_t current);
   // Throws the mismatch poll() found (RemoteError naming both calls), if any.
-  void throw_if_mismatch(const transport::GroupTransport& transport, uint64_t current) const;
+  void throw_if_mismatch(const transport::GroupTransport& transport, uint64_t current) const {
+    if (mismatch_rank_ >= 0) [[unlikely]]
+      throw_mismatch(transport, current);
+  }
 
   // The pull broadcast this rank finished early (0: none) and its root.
   uint64_t pull_sequence() const { return pull_sequence_; }
@@ -78,6 +81,8 @@ class EarlyFinishes {
   // call being executed (for the message). Throws on a mismatch.
   void check_through(const transport::GroupTransport& transport, uint64_t through,
                      uint64_t current);
+  [[noreturn]] void throw_mismatch(const transport::GroupTransport& transport,
+                                   uint64_t current) const;
   // Compares call `sequence` with every rank; false (and the mismatch recorded) when one differs.
   bool check_call(const transport::GroupTransport& transport, uint64_t sequence);
 

@@ -93,6 +93,7 @@ constexpr uint64_t kPrefetchedPayloadBytes = 512;
 constexpr uint64_t kClaimedCalls = 4;
 
 void claim_next_arrivals(const transport::RankSlot& mine, uint64_t sequence) {
+#pragma GCC unroll 4
   for (uint64_t ahead = 1; ahead <= kClaimedCalls; ++ahead) {
     detail::prefetch_for_write(&mine.arrivals[transport::ring_entry(sequence + ahead)]);
   }
@@ -173,7 +174,7 @@ uint64_t output_bytes(const OpPlan& plan, int size) {
       return rows_total;
     case OpKind::kAllReduce:
     case OpKind::kBroadcast:
-      return plan.input().nbytes() * static_cast<uint64_t>(size);
+      return plan.input_bytes() * static_cast<uint64_t>(size);
     case OpKind::kBarrier:
     case OpKind::kNone:
       break;
@@ -208,7 +209,7 @@ void resolve_buffers(ExecContext& context) {
         break;
       case OpKind::kAllReduce:
       case OpKind::kBroadcast:
-        input_bytes = output_bytes = plan.input().nbytes();
+        input_bytes = output_bytes = plan.input_bytes();
         break;
       case OpKind::kBarrier:
       case OpKind::kNone:

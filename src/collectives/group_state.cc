@@ -39,16 +39,10 @@ GroupState::GroupState(std::unique_ptr<transport::GroupTransport> transport,
   }
 }
 
-std::shared_ptr<Work> completed_work() {
-  // Immortal: a handle may outlive every group, and static destruction.
-  static Work* const completed = [] {
-    auto* work = new Work("completed synchronous collective");
-    work->finish();
-    return work;
-  }();
-  // Aliasing an empty owner: a handle that counts no references, so returning one per
-  // synchronous call costs no atomic increment and decrement.
-  return std::shared_ptr<Work>(std::shared_ptr<Work>(), completed);
+Work* completed_work_object() {
+  auto* work = new Work("completed synchronous collective");
+  work->finish();
+  return work;
 }
 
 // Collectives still queued reference this state; ProcessGroup's destructor drains the stream

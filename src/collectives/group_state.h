@@ -147,8 +147,18 @@ class GroupState {
   bool mismatch_check_ = true;
 };
 
+// The immortal completed Work behind completed_work() (a handle may outlive every group, and
+// static destruction).
+Work* completed_work_object();
+
 // What synchronous collectives return: an already completed Work, shared by every call and group
-// (no allocation, no reference count per call; its use_count() is 0).
-std::shared_ptr<Work> completed_work();
+// (no allocation, no reference count per call: its use_count() is 0). Inline: it is most of what
+// a call does after its collective.
+inline std::shared_ptr<Work> completed_work() {
+  static Work* const completed = completed_work_object();
+  // Aliasing an empty owner: a handle that counts no references, so returning one per
+  // synchronous call costs no atomic increment and decrement.
+  return std::shared_ptr<Work>(std::shared_ptr<Work>(), completed);
+}
 
 }  // namespace shmccl::detail

@@ -56,9 +56,9 @@ bool sends_data(const OpPlan& plan, int rank) {
       return plan.splits[static_cast<size_t>(rank)] * plan.row_bytes() > 0;
     case transport::OpKind::kReduceScatter:
     case transport::OpKind::kAllReduce:
-      return plan.input().nbytes() > 0;
+      return plan.input_bytes() > 0;
     case transport::OpKind::kBroadcast:
-      return rank == plan.root && plan.input().nbytes() > 0;
+      return rank == plan.root && plan.input_bytes() > 0;
     case transport::OpKind::kBarrier:
     case transport::OpKind::kNone:
       break;

@@ -22,7 +22,7 @@
 namespace shmccl::collectives {
 
 // What the call cache compares to tell a repeated call (CallCache::same, with the split sizes):
-// one block of plain data without padding, so that comparing two calls is one 40-byte memcmp
+// one block of plain data without padding, so that comparing two calls is a compare of 5 words
 // instead of a compare per field.
 struct CallFields {
   const char* name = "";       // the API's name of the call (a string literal; implies the kind)
@@ -36,8 +36,17 @@ struct CallFields {
 };
 static_assert(sizeof(CallFields) == 40 && std::has_unique_object_representations_v<CallFields>);
 
+// References of an asynchronous call to the caller's tensors, kept until it has run
+// (AsyncWork): a synchronous call only borrows them, so its OpPlan owns nothing and its
+// destruction costs nothing.
+struct OwnedTensors {
+  Tensor input;
+  Tensor output;
+  std::vector<Tensor> outputs;
+};
+
 // The tensors are borrowed from the caller for a synchronous call (no copies, hence no
-// allocation on the hot path) and owned by a copy_owning() plan for work that outlives the call.
+// allocation on the hot path) and held by an OwnedTensors for work that outlives the call.
 struct OpPlan : CallFields {
   OpPlan() = default;
   OpPlan(const OpPlan&) = delete;
@@ -51,47 +60,44 @@ struct OpPlan : CallFields {
   // Element counts, 0 for an absent tensor (no static guard: the call cache's hot path).
   int64_t input_numel() const { return input_elements; }
   int64_t output_numel() const { return output_ != nullptr ? output_->numel() : 0; }
+  // The input's size in bytes, 0 without one (kept: the small algorithms' hot path).
+  uint64_t input_bytes() const { return input_bytes_; }
   void borrow_input(const Tensor& tensor) {
     input_ = &tensor;
     input_elements = tensor.numel();
+    input_bytes_ = tensor.nbytes();
   }
   void borrow_output(const Tensor& tensor) { output_ = &tensor; }
   void borrow_outputs(const std::vector<Tensor>& tensors) { outputs_ = &tensors; }
-  void own_input(Tensor tensor) {
-    owned_input_ = std::move(tensor);
-    input_ = &owned_input_;
-    input_elements = owned_input_.numel();
-  }
-  void own_output(Tensor tensor) {
-    owned_output_ = std::move(tensor);
-    output_ = &owned_output_;
-  }
-  // Makes this (fresh) plan equal to `other`, owning its own references to other's tensors.
-  void copy_owning(const OpPlan& other) {
+  // Makes this (fresh) plan equal to `other`, its tensors referenced by `owned` (which must
+  // outlive the plan's use).
+  void copy_owning(const OpPlan& other, OwnedTensors& owned) {
     static_cast<CallFields&>(*this) = other;
     kind = other.kind;
     // Only [0, num_splits) is ever read: the whole array is 8 bytes per possible rank.
     std::copy_n(other.splits.begin(), num_splits, splits.begin());
     sequence = other.sequence;
     async_op = other.async_op;
-    if (other.input_ != nullptr) own_input(*other.input_);
+    input_bytes_ = other.input_bytes_;
+    if (other.input_ != nullptr) {
+      owned.input = *other.input_;
+      input_ = &owned.input;
+    }
     if (other.output_ != nullptr && other.output_ == other.input_) {
-      output_ = &owned_input_;  // one tensor in place (all_reduce, broadcast): one copy
+      output_ = &owned.input;  // one tensor in place (all_reduce, broadcast): one copy
     } else if (other.output_ != nullptr) {
-      own_output(*other.output_);
+      owned.output = *other.output_;
+      output_ = &owned.output;
     }
     if (other.outputs_ != nullptr) {
-      owned_outputs_ = *other.outputs_;
-      outputs_ = &owned_outputs_;
+      owned.outputs = *other.outputs_;
+      outputs_ = &owned.outputs;
     }
   }
-  // Drops the references of a plan made by copy_owning (it is done with its tensors).
+  // Forgets the tensors (their owner is about to let go of them).
   void release_tensors() {
     input_ = output_ = nullptr;
     outputs_ = nullptr;
-    owned_input_ = Tensor();
-    owned_output_ = Tensor();
-    owned_outputs_.clear();
   }
 
   transport::OpKind kind = transport::OpKind::kNone;
@@ -119,10 +125,9 @@ struct OpPlan : CallFields {
   const Tensor* input_ = nullptr;
   const Tensor* output_ = nullptr;
   const std::vector<Tensor>* outputs_ = nullptr;  // kAllGatherList
-  Tensor owned_input_;
-  Tensor owned_output_;
-  std::vector<Tensor> owned_outputs_;
+  uint64_t input_bytes_ = 0;
 };
+static_assert(std::is_trivially_destructible_v<OpPlan>);
 
 struct ExecContext {
   ExecContext(transport::GroupTransport& transport_in, const OpPlan& plan_in, int rank_in,

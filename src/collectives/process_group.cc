@@ -38,8 +38,15 @@ bool same_trailing(const std::vector<int64_t>& a, const std::vector<int64_t>& b)
   return a.size() == b.size() && (a.empty() || std::equal(a.begin() + 1, a.end(), b.begin() + 1));
 }
 
+[[noreturn, gnu::cold, gnu::noinline]] void throw_undefined(const char* op, const char* what) {
+  throw InvalidArgument(detail::concat(op, ": the ", what, " tensor is undefined"));
+}
+
+// (The check inline, its message out of line: a call per check cost the small calls 13
+// instructions each.)
 void check_defined(const Tensor& tensor, const char* op, const char* what) {
-  SHMCCL_CHECK_ARG(tensor.defined(), op, ": the ", what, " tensor is undefined");
+  if (!tensor.defined()) [[unlikely]]
+    throw_undefined(op, what);
 }
 
 void check_same_type(const Tensor& output, const Tensor& input) {
@@ -74,8 +81,15 @@ void set_splits(OpPlan& plan, const std::vector<int64_t>& split_sizes, int64_t d
 }
 
 int ordering_device(const OpPlan& plan) {
-  if (plan.input().defined() && plan.input().is_npu()) return plan.input().device().index;
-  if (plan.output().defined() && plan.output().is_npu()) return plan.output().device().index;
+  // (device() is out of line: asked once per tensor.)
+  if (plan.input().defined()) {
+    const Device device = plan.input().device();
+    if (device.is_npu()) return device.index;
+  }
+  if (plan.output().defined()) {
+    const Device device = plan.output().device();
+    if (device.is_npu()) return device.index;
+  }
   for (const Tensor& output : plan.outputs()) {
     if (output.is_npu()) return output.device().index;
   }
@@ -289,8 +303,8 @@ std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor(Tensor& output, const
     plan.splits[static_cast<size_t>(r)] = input.numel();
   plan.dtype = input.dtype();
   plan.row_elements = 1;
-  plan.own_input(input.reshape({input.numel()}));
-  plan.own_output(output.reshape({output.numel()}));
+  plan.borrow_input(input);  // (the executor reads only their bytes, whatever their shapes)
+  plan.borrow_output(output);
   return submit(*state_, plan, async_op);
 }
 
@@ -312,8 +326,8 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor(Tensor& output, const 
   plan.dtype = input.dtype();
   plan.reduce_op = op;
   plan.row_elements = 1;
-  plan.own_input(input.reshape({input.numel()}));
-  plan.own_output(output.reshape({output.numel()}));
+  plan.borrow_input(input);  // (the executor reads only their bytes, whatever their shapes)
+  plan.borrow_output(output);
   return submit(*state_, plan, async_op);
 }
 
@@ -439,6 +453,9 @@ std::shared_ptr<Work> broadcast(Tensor& tensor, int src, const ProcessGroupPtr& 
   // As torch.distributed: `src` is a rank of the default group; translate it into the group.
   ProcessGroup& resolved = collectives::group_ref(group);
   const auto& ranks = resolved.global_ranks();
+  // The default group (and any group that starts as it does) maps its ranks to themselves.
+  if (src >= 0 && src < static_cast<int>(ranks.size()) && ranks[static_cast<size_t>(src)] == src)
+    return resolved.broadcast(tensor, src, async_op);
   const auto position = std::find(ranks.begin(), ranks.end(), src);
   SHMCCL_CHECK_ARG(position != ranks.end(), "broadcast: src rank ", src,
                    " is not a member of the group (ranks ", ranks, ")");

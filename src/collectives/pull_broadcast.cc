@@ -48,7 +48,7 @@ bool pulls(const OpPlan& plan, int size) {
 void pull_from_root(const ExecContext& context, int fault_rank) {
   const OpPlan& plan = context.plan;
   const uint64_t sequence = plan.sequence;
-  const uint64_t bytes = plan.input().nbytes();
+  const uint64_t bytes = plan.input_bytes();
   try {
     // The size comes from the (agreed) plan; resolve() checks it against the root's arena.
     const char* source = context.transport.resolve(context.descriptors[plan.root]->input, bytes);

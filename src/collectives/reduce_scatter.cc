@@ -17,12 +17,12 @@ uint64_t rank_bytes(const OpPlan& plan, int rank) {
 }
 
 uint64_t inline_bytes(const OpPlan& plan, int /*size*/) {
-  return plan.input().nbytes();
+  return plan.input_bytes();
 }
 
 void stage_inline(const OpPlan& plan, int /*rank*/, unsigned char* payload) {
-  if (plan.input().nbytes() > 0)
-    kernels::copy_small(payload, plan.input().data_ptr(), plan.input().nbytes());
+  if (plan.input_bytes() > 0)
+    kernels::copy_small(payload, plan.input().data_ptr(), plan.input_bytes());
 }
 
 // Every rank's input rows for the reader.

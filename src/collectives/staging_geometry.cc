@@ -52,15 +52,15 @@ StagingGeometry staging_geometry(const ExecContext& context) {
       // faster at 64 KiB, slower from 256 KiB).
       // An NPU tensor is reduced in place, so it may receive a window only once every peer read
       // it: two such ranks would wait for each other, so at most one may read in place.
-      if (plan.input().nbytes() * static_cast<uint64_t>(size) > kWholeReduceBytes ||
+      if (plan.input_bytes() * static_cast<uint64_t>(size) > kWholeReduceBytes ||
           ranks_in_place(context) > 1) {
         break;
       }
       [[fallthrough]];
     case OpKind::kBroadcast:
       for (int j = 0; j < size; ++j)
-        g.source_bytes[j] = plan.input().nbytes();
-      g.windows = ceil_div(plan.input().nbytes(), g.window);
+        g.source_bytes[j] = plan.input_bytes();
+      g.windows = ceil_div(plan.input_bytes(), g.window);
       return g;
     case OpKind::kReduceScatter:
       break;
@@ -69,7 +69,7 @@ StagingGeometry staging_geometry(const ExecContext& context) {
       return g;
   }
   g.pieces = true;
-  const uint64_t total = plan.input().nbytes();
+  const uint64_t total = plan.input_bytes();
   const uint64_t element = element_size(plan.dtype);
   const auto numel = static_cast<uint64_t>(plan.input().numel());
   for (int i = 0; i < size; ++i) {

@@ -13,10 +13,6 @@
 namespace shmccl::log {
 namespace {
 
-// -1: not parsed yet. Relaxed is enough: every thread parses the same environment to the same
-// value, so a race only parses twice.
-std::atomic<int> g_level{-1};
-std::atomic<uint32_t> g_subsys_mask{0};
 std::atomic<int> g_rank{-1};
 
 Level parse_level(const char* text) {
@@ -63,9 +59,10 @@ uint32_t parse_subsys(const char* text) {
 }
 
 void parse_environment() {
-  g_subsys_mask.store(parse_subsys(std::getenv("SHMCCL_DEBUG_SUBSYS")), std::memory_order_relaxed);
-  g_level.store(static_cast<int>(parse_level(std::getenv("SHMCCL_DEBUG"))),
-                std::memory_order_relaxed);
+  detail::g_subsys_mask.store(parse_subsys(std::getenv("SHMCCL_DEBUG_SUBSYS")),
+                              std::memory_order_relaxed);
+  detail::g_level.store(static_cast<int>(parse_level(std::getenv("SHMCCL_DEBUG"))),
+                        std::memory_order_relaxed);
 }
 
 const char* level_name(Level level) {
@@ -104,15 +101,17 @@ const char* subsys_name(Subsys subsys) {
 
 }  // namespace
 
-bool enabled(Level level, Subsys subsys) noexcept {
-  int current = g_level.load(std::memory_order_relaxed);
-  if (current < 0) [[unlikely]] {
-    parse_environment();
-    current = g_level.load(std::memory_order_relaxed);
-  }
-  return static_cast<int>(level) <= current &&
-         (g_subsys_mask.load(std::memory_order_relaxed) & subsys) != 0;
+namespace detail {
+
+std::atomic<int> g_level{-1};
+std::atomic<uint32_t> g_subsys_mask{0};
+
+bool enabled_first_time(Level level, Subsys subsys) noexcept {
+  parse_environment();
+  return enabled(level, subsys);
 }
+
+}  // namespace detail
 
 void write(Level level, Subsys subsys, const std::string& message) noexcept {
   try {

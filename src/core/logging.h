@@ -6,6 +6,7 @@
 // "host:pid:tid [rank] shmccl LEVEL SUBSYS". Thread-safe: one write(2) per line.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -25,8 +26,22 @@ enum Subsys : uint32_t {
   kAll = 0xFFFFFFFFu,
 };
 
-// Cheap: two relaxed loads after the first call.
-bool enabled(Level level, Subsys subsys) noexcept;
+namespace detail {
+// -1: not parsed yet. Relaxed is enough: every thread parses the same environment to the same
+// value, so a race only parses twice.
+extern std::atomic<int> g_level;
+extern std::atomic<uint32_t> g_subsys_mask;
+[[gnu::cold]] bool enabled_first_time(Level level, Subsys subsys) noexcept;
+}  // namespace detail
+
+// Cheap: inline, a relaxed load or two after the first call (the collectives' hot path traces).
+inline bool enabled(Level level, Subsys subsys) noexcept {
+  const int current = detail::g_level.load(std::memory_order_relaxed);
+  if (current < 0) [[unlikely]]
+    return detail::enabled_first_time(level, subsys);
+  return static_cast<int>(level) <= current &&
+         (detail::g_subsys_mask.load(std::memory_order_relaxed) & subsys) != 0;
+}
 void write(Level level, Subsys subsys, const std::string& message) noexcept;
 
 // The rank printed in the prefix (-1: none yet).

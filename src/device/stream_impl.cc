@@ -186,9 +186,14 @@ StreamImpl::~StreamImpl() {
 }
 
 void StreamImpl::check_usable() const {
-  SHMCCL_CHECK_ARG(state_->fork_generation == g_fork_generation.load(std::memory_order_relaxed),
-                   "npu:", device_, " stream ", id_,
-                   " was created before fork() and cannot be used in the child process");
+  if (state_->fork_generation != g_fork_generation.load(std::memory_order_relaxed)) [[unlikely]]
+    throw_unusable();
+}
+
+void StreamImpl::throw_unusable() const {
+  throw InvalidArgument(
+      shmccl::detail::concat("npu:", device_, " stream ", id_,
+                             " was created before fork() and cannot be used in the child process"));
 }
 
 void StreamImpl::worker_loop(const std::shared_ptr<State>& state) {

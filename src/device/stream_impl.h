@@ -187,6 +187,7 @@ class StreamImpl {
   static void complete_locked(State& s, std::unique_lock<std::mutex>& lock, uint64_t ticket,
                               std::exception_ptr error);
   void check_usable() const;
+  [[noreturn, gnu::cold, gnu::noinline]] void throw_unusable() const;
   // Queues `task` (its ticket into `*ticket` when given) and returns whether the worker needs a
   // notify (done after unlocking).
   bool push_locked(StreamTask task, uint64_t* ticket = nullptr, bool marker = false,
