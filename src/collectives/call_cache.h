@@ -2,7 +2,7 @@
 //
 // CallCache: what a rank remembers of its last few collective calls on a group, so that a call
 // a training loop repeats costs neither a new fingerprint nor a new descriptor nor a new flight
-// record. Comparing a call with the remembered one is a compare of OpPlan's CallFields block
+// record. Comparing a call with the remembered one is one memcmp of OpPlan's CallFields block
 // and a compare per split size; hashing it is a serial chain of multiplies, and writing its
 // descriptor a dozen stores: measured against a 0.2 us collective, that was the cost of the
 // always-on mismatch check (bench/recorder_overhead_bench.cc measures both). A loop that
@@ -81,28 +81,13 @@ class CallCache {
   uint64_t descriptor_call_[transport::kCallRing] = {};
 };
 
-// Compares the blocks word by word (GCC calls memcmp for 40 bytes: twice the instructions).
-inline bool same_fields(const CallFields& a, const CallFields& b) {
-  constexpr size_t kWords = sizeof(CallFields) / sizeof(uint64_t);
-  static_assert(sizeof(CallFields) % sizeof(uint64_t) == 0);
-  uint64_t differ = 0;
-#pragma GCC unroll 8
-  for (size_t i = 0; i < kWords; ++i) {
-    uint64_t x;
-    uint64_t y;
-    std::memcpy(&x, reinterpret_cast<const char*>(&a) + i * sizeof(uint64_t), sizeof x);
-    std::memcpy(&y, reinterpret_cast<const char*>(&b) + i * sizeof(uint64_t), sizeof y);
-    differ |= x ^ y;
-  }
-  return differ == 0;
-}
-
 inline bool CallCache::same(const Remembered& call, const OpPlan& plan) {
   // Only what the others do not imply (a repeat is what the hot path sees, so each compare
   // costs): the name identifies the API function and hence the op kind; the transfer follows
   // from the sizes; every output size follows from the input's and the split sizes (which the
   // API checked against the tensors).
-  if (!same_fields(plan, call.fields)) return false;
+  if (std::memcmp(static_cast<const CallFields*>(&plan), &call.fields, sizeof(CallFields)) != 0)
+    return false;
   for (int r = 0; r < plan.num_splits; ++r)
     if (plan.splits[static_cast<size_t>(r)] != call.splits[static_cast<size_t>(r)]) return false;
   return true;

@@ -22,7 +22,7 @@
 namespace shmccl::collectives {
 
 // What the call cache compares to tell a repeated call (CallCache::same, with the split sizes):
-// one block of plain data without padding, so that comparing two calls is a compare of 5 words
+// one block of plain data without padding, so that comparing two calls is one 40-byte memcmp
 // instead of a compare per field.
 struct CallFields {
   const char* name = "";       // the API's name of the call (a string literal; implies the kind)
