@@ -37,7 +37,7 @@ bool EarlyFinishes::poll(const transport::GroupTransport& transport, uint64_t cu
   while (all_arrived_ + 1 < current) {
     const uint64_t next = all_arrived_ + 1;
     const int entry = transport::ring_entry(next);
-    const uint32_t bit = 1u << entry;
+    const uint64_t bit = uint64_t{1} << entry;
     const bool check = (unchecked_ & bit) != 0;
     const uint64_t expected = transport.slot(transport.rank())
                                   .arrivals[entry]
@@ -64,7 +64,7 @@ bool EarlyFinishes::poll(const transport::GroupTransport& transport, uint64_t cu
 void EarlyFinishes::check_through(const transport::GroupTransport& transport, uint64_t through,
                                   uint64_t current) {
   for (uint64_t sequence = all_arrived_ + 1; sequence <= through && unchecked_ != 0; ++sequence) {
-    const uint32_t bit = 1u << transport::ring_entry(sequence);
+    const uint64_t bit = uint64_t{1} << transport::ring_entry(sequence);
     if ((unchecked_ & bit) == 0) continue;
     if (!check_call(transport, sequence)) throw_if_mismatch(transport, current);
     unchecked_ &= ~bit;

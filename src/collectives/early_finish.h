@@ -44,7 +44,7 @@ class EarlyFinishes {
   // This rank finished call `sequence` early. `pull_root` >= 0: a pull broadcast from that
   // root, whose receivers may still read the root's tensor (the next call waits for them).
   void finished_early(uint64_t sequence, int pull_root) {
-    unchecked_ |= 1u << transport::ring_entry(sequence);
+    unchecked_ |= uint64_t{1} << transport::ring_entry(sequence);
     if (pull_root >= 0) {
       pull_sequence_ = sequence;
       pull_root_ = pull_root;
@@ -87,8 +87,8 @@ class EarlyFinishes {
   bool check_call(const transport::GroupTransport& transport, uint64_t sequence);
 
   uint64_t all_arrived_ = 0;
-  uint32_t unchecked_ = 0;  // bit ring_entry(s): early call s (> all_arrived_) not compared yet
-  static_assert(transport::kCallRing <= 32);
+  uint64_t unchecked_ = 0;  // bit ring_entry(s): early call s (> all_arrived_) not compared yet
+  static_assert(transport::kCallRing <= 64);
   uint64_t pull_sequence_ = 0;
   int pull_root_ = -1;
   uint64_t mismatch_sequence_ = 0;  // poll() found this call to differ on mismatch_rank_

@@ -33,7 +33,7 @@
 // apart. A rank writes entry e again at s + kCallRing only once every rank has arrived at
 // s + 1 (so none reads call s any more) and it has compared every rank's fingerprint of call s
 // (collectives/early_finish.h); likewise inline_data[s % kInlineRing] at s + kInlineRing.
-// (Only 8 large inline areas, for memory: a slot is 311 KiB.)
+// (Only 8 large inline areas, for memory: a slot is 494 KiB.)
 #pragma once
 
 #include <atomic>
@@ -49,16 +49,17 @@ inline constexpr int kMaxRanks = 64;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr size_t kInlineBytes = 16 * 1024;  // small-collective payload per inline entry
 // Calls a slot holds: how far ranks that finish early may run ahead of the slowest (Open MPI's
-// eager sends let a broadcast's root run as far ahead as its buffers allow). 32: a loop of tiny
-// broadcasts then costs its receivers' wake-ups once per 31 calls (0.12-0.16 us per call at 4
-// and 8 ranks on 2 cores, against 1.1-1.4 us with 8 and 2.5-14 us with 2; docs/performance.md).
-inline constexpr int kCallRing = 32;
+// eager sends let a broadcast's root run as far ahead as its buffers allow). A long loop of tiny
+// broadcasts costs its receivers' wake-ups, context switches on a shared core, once per
+// kCallRing - 1 calls: with 64, 0.34-0.55 us per call at 4 ranks on 2 cores, against 0.56-1.02
+// us with 32 (1.1-1.4 us with 8; docs/performance.md). 64 is what `unchecked_`'s bits hold.
+inline constexpr int kCallRing = 64;
 // Payloads of 49 B to 2 KiB travel in one of kCallRing small inline areas, larger ones (up to
 // 16 KiB) in one of kInlineRing large ones: fewer, for memory.
 inline constexpr size_t kSmallInlineBytes = 2 * 1024;
 inline constexpr int kInlineRing = 8;
 inline constexpr uint64_t kControlMagic = 0x73686d63636c4342ull;  // "shmcclCB"
-inline constexpr uint32_t kControlVersion = 13;
+inline constexpr uint32_t kControlVersion = 14;
 
 // The slot entry of collective `sequence`, and its inline area.
 inline constexpr int ring_entry(uint64_t sequence) {
@@ -209,7 +210,7 @@ struct alignas(kCacheLine) RankSlot {
 };
 static_assert(sizeof(RankSlot) % kCacheLine == 0);
 static_assert(offsetof(RankSlot, descriptors) == (kCallRing + 1) * kCacheLine);
-static_assert(sizeof(RankSlot) == 318720);  // a layout change is a kControlVersion change
+static_assert(sizeof(RankSlot) == 505856);  // a layout change is a kControlVersion change
 static_assert(offsetof(OpDescriptor, staging_window) % 8 == 0 && sizeof(OpDescriptor) == 3736);
 
 // RankSlot::attached: 0 until the rank maps the segment, then kAttached; kDetached once it has

@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include <random>
@@ -104,58 +105,62 @@ TEST(RunAheadTest, ARootAtTheEndOfTheRingWaitsForTheReceivers) {
   }
 }
 
-// The last rank calls the third of six broadcasts with another size, after the others have
-// finished all six (they need only the root, the root nobody). It sees the mismatch at once (it
-// checks the root's call); the others see it in the barrier after the sixth, naming both calls
-// of the third.
+// The last rank calls one of the others' broadcasts with another size (the third of six, or one
+// in the ring's last entries, after the others ran ahead as far as it goes), after the others have
+// finished them all (they need only the root, the root nobody). It sees the mismatch at once (it
+// checks the root's call); the others see it in the barrier after their last, naming both calls.
 TEST(RunAheadTest, AMismatchReachesRanksThatRanAheadInTheirNextWait) {
   for (int world : {3, 4}) {
-    const testing::TokenPipe ahead;
-    const testing::TokenPipe done;
-    auto results = testing::run_ranks(world, [&](const testing::RankContext& ctx) {
-      npu::set_device(ctx.rank % 8);
-      ctx.init(10000);
-      const int last = ctx.world - 1;
-      if (ctx.rank == last) {
-        require(ahead.wait(ctx.world - 1), "the others did not run ahead");
-        for (int call = 0; call < 3; ++call) {
-          Tensor tensor = zeros({call == 2 ? 5 : 4}, kInt32).npu();
-          try {
-            broadcast(tensor, 0);
-          } catch (const RemoteError& error) {
-            require(call == 2, error.what());
-            require(std::string(error.what()).find("collective mismatch in broadcast") !=
-                        std::string::npos,
-                    error.what());
-            require(done.wait(ctx.world - 1), "the others did not see it");
-            return;
+    for (int bad : {2, transport::kCallRing - 4}) {
+      const int calls = std::min(bad + 4, transport::kCallRing - 1);
+      const testing::TokenPipe ahead;
+      const testing::TokenPipe done;
+      auto results = testing::run_ranks(world, [&](const testing::RankContext& ctx) {
+        npu::set_device(ctx.rank % 8);
+        ctx.init(10000);
+        const int last = ctx.world - 1;
+        if (ctx.rank == last) {
+          require(ahead.wait(ctx.world - 1), "the others did not run ahead");
+          for (int call = 0; call <= bad; ++call) {
+            Tensor tensor = zeros({call == bad ? 5 : 4}, kInt32).npu();
+            try {
+              broadcast(tensor, 0);
+            } catch (const RemoteError& error) {
+              require(call == bad, error.what());
+              require(std::string(error.what()).find("collective mismatch in broadcast") !=
+                          std::string::npos,
+                      error.what());
+              require(done.wait(ctx.world - 1), "the others did not see it");
+              return;
+            }
           }
+          throw testing::RequirementFailed("no mismatch on the rank that differs");
         }
-        throw testing::RequirementFailed("no mismatch on the rank that differs");
-      }
-      for (int call = 0; call < 6; ++call) {
-        Tensor tensor = zeros({4}, kInt32).npu();
-        broadcast(tensor, 0);
-      }
-      ahead.post(1);
-      try {
-        barrier();
-      } catch (const RemoteError& error) {
+        for (int call = 0; call < calls; ++call) {
+          Tensor tensor = zeros({4}, kInt32).npu();
+          broadcast(tensor, 0);
+        }
+        ahead.post(1);
+        try {
+          barrier();
+        } catch (const RemoteError& error) {
+          done.post(1);
+          const std::string text = error.what();
+          require(text.find("collective mismatch in an earlier collective") != std::string::npos,
+                  text);
+          require(text.find(str("sequence=", bad + 1, ",")) != std::string::npos &&
+                      text.find("input_numel=4") != std::string::npos &&
+                      text.find(str("rank ", last, " called broadcast")) != std::string::npos &&
+                      text.find("input_numel=5") != std::string::npos,
+                  text);
+          return;
+        }
         done.post(1);
-        const std::string text = error.what();
-        require(text.find("collective mismatch in an earlier collective") != std::string::npos,
-                text);
-        require(text.find("sequence=3") != std::string::npos &&
-                    text.find("input_numel=4") != std::string::npos &&
-                    text.find(str("rank ", last, " called broadcast")) != std::string::npos &&
-                    text.find("input_numel=5") != std::string::npos,
-                text);
-        return;
-      }
-      done.post(1);
-      throw testing::RequirementFailed("no mismatch");
-    });
-    EXPECT_TRUE(testing::all_ranks_succeeded(results)) << world << " ranks";
+        throw testing::RequirementFailed("no mismatch");
+      });
+      EXPECT_TRUE(testing::all_ranks_succeeded(results))
+          << world << " ranks, mismatch in call " << bad;
+    }
   }
 }
 
