@@ -9,20 +9,12 @@ namespace shmccl::collectives {
 
 bool EarlyFinishes::check_call(const transport::GroupTransport& transport, uint64_t sequence) {
   const int entry = transport::ring_entry(sequence);
-  const uint64_t mine =
-      transport.slot(transport.rank()).arrivals[entry].fingerprint.load(std::memory_order_relaxed);
+  const uint64_t mine = my_fingerprint(transport, entry);
   // (The size in a local: the atomic loads would make the compiler read it again each time.)
   const int size = transport.size();
   for (int r = 0; r < size; ++r) {
-    // Every rank arrived at `sequence` (acquire): the line holds this call's fingerprint or a
-    // later call's, written after its owner compared this call with every rank.
-    const uint64_t theirs =
-        transport.slot(r).arrivals[entry].fingerprint.load(std::memory_order_relaxed);
-    if (transport::fingerprint_of_call(theirs, sequence) && theirs != mine) [[unlikely]] {
-      mismatch_sequence_ = sequence;
-      mismatch_rank_ = r;
-      return false;
-    }
+    // Every rank arrived at `sequence` (acquire before this call).
+    if (!agrees(transport.slot(r).arrivals[entry], mine, sequence, r)) return false;
   }
   return true;
 }
@@ -39,21 +31,11 @@ bool EarlyFinishes::poll(const transport::GroupTransport& transport, uint64_t cu
     const int entry = transport::ring_entry(next);
     const uint64_t bit = uint64_t{1} << entry;
     const bool check = (unchecked_ & bit) != 0;
-    const uint64_t expected = transport.slot(transport.rank())
-                                  .arrivals[entry]
-                                  .fingerprint.load(std::memory_order_relaxed);
+    const uint64_t mine = my_fingerprint(transport, entry);
     for (int r = 0; r < size; ++r) {
       const transport::ArrivalLine& line = transport.slot(r).arrivals[entry];
       if (line.sequence.load(std::memory_order_acquire) < next) return false;
-      if (!check) continue;
-      // Arrived (acquire): the line holds this call's fingerprint or a later call's, written
-      // after its owner compared this call with every rank.
-      const uint64_t theirs = line.fingerprint.load(std::memory_order_relaxed);
-      if (transport::fingerprint_of_call(theirs, next) && theirs != expected) [[unlikely]] {
-        mismatch_sequence_ = next;
-        mismatch_rank_ = r;
-        return true;
-      }
+      if (check && !agrees(line, mine, next, r)) return true;
     }
     unchecked_ &= ~bit;
     all_arrived_ = next;

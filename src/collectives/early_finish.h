@@ -85,6 +85,24 @@ class EarlyFinishes {
                                    uint64_t current) const;
   // Compares call `sequence` with every rank; false (and the mismatch recorded) when one differs.
   bool check_call(const transport::GroupTransport& transport, uint64_t sequence);
+  static uint64_t my_fingerprint(const transport::GroupTransport& transport, int entry) {
+    return transport.slot(transport.rank())
+        .arrivals[entry]
+        .fingerprint.load(std::memory_order_relaxed);
+  }
+  // Rank r's arrival line of call `sequence`, read after its arrival there (acquire), against
+  // this rank's fingerprint `mine`; false, and the mismatch recorded, when the call differs. The
+  // line holds this call's fingerprint or a later call's, written after its owner compared this
+  // call with every rank (then it needs no check).
+  bool agrees(const transport::ArrivalLine& line, uint64_t mine, uint64_t sequence, int r) {
+    const uint64_t theirs = line.fingerprint.load(std::memory_order_relaxed);
+    if (transport::fingerprint_of_call(theirs, sequence) && theirs != mine) [[unlikely]] {
+      mismatch_sequence_ = sequence;
+      mismatch_rank_ = r;
+      return false;
+    }
+    return true;
+  }
 
   uint64_t all_arrived_ = 0;
   uint64_t unchecked_ = 0;  // bit ring_entry(s): early call s (> all_arrived_) not compared yet
