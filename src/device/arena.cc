@@ -21,6 +21,7 @@
 #include "core/file_descriptor.h"
 #include "core/logging.h"
 #include "core/peer_process.h"
+#include "core/process_id.h"
 #include "shmccl/error.hpp"
 
 namespace shmccl::device {
@@ -269,7 +270,7 @@ uint64_t Arena::committed_bytes() const {
 
 ArenaHandle Arena::handle() const {
   ArenaHandle handle;
-  handle.pid = static_cast<int32_t>(::getpid());
+  handle.pid = static_cast<int32_t>(::shmccl::detail::current_pid());
   handle.fd = fd_;
   handle.device = device_;
   handle.capacity = capacity_;

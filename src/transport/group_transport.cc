@@ -13,6 +13,7 @@
 #include "core/cpu_quota.h"
 #include "core/logging.h"
 #include "core/memory_order.h"
+#include "core/process_id.h"
 #include "device/device_context.h"
 #include "transport/asymmetric_fence.h"
 #include "transport/core_mates.h"
@@ -444,7 +445,7 @@ char* GroupTransport::resolve(const BufferRef& shared_ref, uint64_t bytes) const
                                       " bytes were needed"));
   };
   if (out_of_bounds(handle.capacity)) throw bounds_error(handle.capacity);
-  if (handle.pid == getpid()) {
+  if (handle.pid == ::shmccl::detail::current_pid()) {
     device::Arena* own = device::existing_arena(handle.device);
     if (own == nullptr || own->handle().token != handle.token) {
       throw RemoteError(detail::concat("a buffer descriptor names NPU ", handle.device,
