@@ -68,6 +68,9 @@ struct Options {
   int64_t max_repetitions = 2000;
   double cutoff_seconds = 1.0;   // a call slower than this ends the variant's larger sizes
   int64_t calls_per_sample = 1;  // back-to-back calls timed together (see above)
+  // Variants cut by earlier runs, and where this run adds the ones it cuts: a series of runs of
+  // one size each (bench/run_comparison.sh --interleave) then skips what one run would.
+  std::string cutoff_file;
 };
 
 inline int64_t parse_bytes(const std::string& text) {
@@ -105,7 +108,9 @@ inline const char* kOptionsHelp =
     "  --bench_cutoff=SECONDS     skip larger sizes of a variant once a call took longer "
     "(default 1)\n"
     "  --bench_calls_per_sample=K time K back-to-back calls per sample, as nccl-tests does "
-    "(default 1: one call after a barrier)\n";
+    "(default 1: one call after a barrier)\n"
+    "  --bench_cutoff_file=PATH   variants cut by earlier runs (one name a line; read at the "
+    "first benchmark), and where this run adds the ones it cuts\n";
 
 // Takes the --bench_* flags out of argv (argc is updated) and returns them.
 inline Options parse_options(int* argc, char** argv) {
@@ -132,6 +137,8 @@ inline Options parse_options(int* argc, char** argv) {
       options.max_repetitions = std::max<int64_t>(1, std::atoll(value.c_str()));
     } else if (name == "--bench_cutoff") {
       options.cutoff_seconds = std::atof(value.c_str());
+    } else if (name == "--bench_cutoff_file") {
+      options.cutoff_file = value;
     } else if (name == "--bench_calls_per_sample") {
       options.calls_per_sample = std::max<int64_t>(1, std::atoll(value.c_str()));
     } else {
@@ -286,15 +293,43 @@ Measurement measure(Comm& comm, int world, const Options& options, Call&& call) 
 }
 
 // The variants whose calls took longer than the cutoff (by family name); all ranks agree, since
-// the times compared are maxima over ranks.
+// the times compared are maxima over ranks, and every rank reads the same cutoff file, written
+// only by runs that have ended.
 class Cutoffs {
  public:
-  bool is_cut(const std::string& family) const { return cut_.count(family) != 0; }
+  bool is_cut(const std::string& family, const Options& options) {
+    if (!loaded_) load(options);
+    return cut_.count(family) != 0;
+  }
   void note(const std::string& family, double slowest_seconds, const Options& options) {
-    if (slowest_seconds > options.cutoff_seconds) cut_.insert(family);
+    if (slowest_seconds <= options.cutoff_seconds || !cut_.insert(family).second) return;
+    if (options.cutoff_file.empty()) return;
+    // Every rank appends the same line; one write each, so lines never interleave.
+    const std::string line = family + "\n";
+    if (FILE* file = std::fopen(options.cutoff_file.c_str(), "a")) {
+      std::setvbuf(file, nullptr, _IOFBF, line.size() + 1);
+      std::fwrite(line.data(), 1, line.size(), file);
+      std::fclose(file);
+    }
   }
 
  private:
+  void load(const Options& options) {
+    loaded_ = true;
+    if (options.cutoff_file.empty()) return;
+    FILE* file = std::fopen(options.cutoff_file.c_str(), "r");
+    if (file == nullptr) return;  // no run has cut anything yet
+    char line[512];
+    while (std::fgets(line, sizeof(line), file) != nullptr) {
+      std::string family = line;
+      while (!family.empty() && (family.back() == '\n' || family.back() == '\r'))
+        family.pop_back();
+      if (!family.empty()) cut_.insert(family);
+    }
+    std::fclose(file);
+  }
+
+  bool loaded_ = false;
   std::set<std::string> cut_;
 };
 
@@ -314,7 +349,7 @@ struct Benchmark {
 template <RankComm Comm, typename Call, typename Check, typename Prepare>
 void run_benchmark(benchmark::State& state, Comm& comm, const Options& options, Cutoffs& cutoffs,
                    const Benchmark& bench, Call&& call, Check&& check, Prepare&& prepare) {
-  if (cutoffs.is_cut(bench.family)) {
+  if (cutoffs.is_cut(bench.family, options)) {
     state.SkipWithError(("skipped: a smaller size of this variant took longer than " +
                          shortest(options.cutoff_seconds) + " s per call (--bench_cutoff)")
                             .c_str());

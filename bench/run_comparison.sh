@@ -18,6 +18,9 @@
 #                       to one core each when they fit, and left unbound when they outnumber cores)
 #     --max-bytes N, --budget S, --cutoff S, --max-repetitions R   the method's settings
 #     --calls-per-sample K   time K back-to-back calls per sample (nccl-tests' way; default 1)
+#     --interleave      one run of each library per size, the libraries taking turns at each
+#                       size: a machine whose speed drifts over minutes (a VM whose vCPUs move)
+#                       then meets every library in about the same state at each size
 #     --timeout S       limit per binary run (default: 900 s; a run cut short keeps its rows)
 # Needs the benchmarks built (cmake -DSHMCCL_BUILD_BENCHMARKS=ON); the peers run when
 # build/bench/shmccl_peer_{openmpi,mpich}_bench exist. Plots need matplotlib for python3
@@ -28,7 +31,7 @@ repo=$(dirname "$here")
 
 original=("$@")
 build=build ranks=() positional=() out="" plots="" no_plots=0 quick=0 filter="" peer_filter=""
-peers=1 bind=1
+peers=1 bind=1 interleave=0 max_bytes=256M
 timeout_s=900
 method=()
 while [ $# -gt 0 ]; do
@@ -43,13 +46,14 @@ while [ $# -gt 0 ]; do
     --peer-filter) peer_filter=$2; shift ;;
     --no-peers) peers=0 ;;
     --no-bind) bind=0 ;;
-    --max-bytes) method+=("--bench_max_bytes=$2"); shift ;;
+    --max-bytes) method+=("--bench_max_bytes=$2"); max_bytes=$2; shift ;;
     --budget) method+=("--bench_budget=$2"); shift ;;
     --cutoff) method+=("--bench_cutoff=$2"); shift ;;
     --max-repetitions) method+=("--bench_max_repetitions=$2"); shift ;;
     --calls-per-sample) method+=("--bench_calls_per_sample=$2"); shift ;;
+    --interleave) interleave=1 ;;
     --timeout) timeout_s=$2; shift ;;
-    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
     *) positional+=("$1") ;;
   esac
@@ -64,6 +68,7 @@ if [ $quick -eq 1 ]; then
   # Defaults first: explicit --max-bytes/--budget/... given above come later and win.
   method=(--bench_max_bytes=1M --bench_budget=0.01 --bench_max_repetitions=500
           --bench_cutoff=0.5 "${method[@]}")
+  case " ${original[*]} " in *" --max-bytes "*) ;; *) max_bytes=1M ;; esac
 fi
 out=${out:-/tmp/shmccl-compare-$(date +%Y%m%d-%H%M%S)}
 if [ -z "$plots" ]; then
@@ -112,7 +117,7 @@ done
 } > "$out/machine.txt"
 cat "$out/machine.txt"
 
-results=() failures=()
+results=() failures=() one_size=()
 started=$(date +%s)
 # run NAME COMMAND...: one benchmark binary, its console output in OUT/NAME.log.
 run() {
@@ -121,39 +126,68 @@ run() {
   local begin=$(date +%s) status=0
   printf '%-22s ' "$name" >&2
   timeout --kill-after=30 "$timeout_s" "$@" --benchmark_out="$out/$name.json" \
-    --benchmark_out_format=json --benchmark_color=false "${method[@]}" \
+    --benchmark_out_format=json --benchmark_color=false "${method[@]}" "${one_size[@]}" \
     > "$out/$name.log" 2>&1 || status=$?
   printf '%5ds  exit %d\n' $(( $(date +%s) - begin )) "$status" >&2
   if [ -s "$out/$name.json" ]; then results+=("$out/$name.json"); fi
   if [ "$status" -ne 0 ]; then failures+=("$name (exit $status, see $out/$name.log)"); fi
 }
 
+# bytes 64K -> 65536 (K, M, G: powers of 1024, as the benchmarks read them)
+bytes() {
+  local number=${1%[kKmMgG]} scale=1
+  case "$1" in
+    *[kK]) scale=1024 ;;
+    *[mM]) scale=$((1024 * 1024)) ;;
+    *[gG]) scale=$((1024 * 1024 * 1024)) ;;
+  esac
+  echo $((number * scale))
+}
+# The benchmarks' sizes (bench_method.h): 8 * 4^k up to the largest, and the largest itself.
+sizes=(all)
+if [ $interleave -eq 1 ]; then
+  largest=$(bytes "$max_bytes") sizes=()
+  for ((size = 8; size <= largest; size *= 4)); do sizes+=("$size"); done
+  if [ ${#sizes[@]} -eq 0 ] || [ "${sizes[-1]}" -ne "$largest" ]; then sizes+=("$largest"); fi
+fi
+
 for n in "${ranks[@]}"; do
+  rm -f "$out/cut-shmccl-$n" "$out/cut-openmpi-$n" "$out/cut-mpich-$n"
   if [ $bind -eq 1 ] && [ "$n" -le "$cores" ]; then
     shmccl_bind=(--numa-binding core) openmpi_bind=(--bind-to core) mpich_bind=(-bind-to core)
   else
     shmccl_bind=(--numa-binding none) openmpi_bind=(--bind-to none) mpich_bind=(-bind-to none)
   fi
-  args=()
-  [ -z "$filter" ] || args+=("--benchmark_filter=$filter")
-  if [ -x "$shmrun" ]; then
-    run "shmccl-$n" "$shmrun" --nproc-per-node "$n" --standalone --no-prefix \
-      --local-ranks-filter 0 "${shmccl_bind[@]}" -- "$bench/shmccl_collectives_bench" "${args[@]}"
-  else
-    [ "${shmccl_bind[1]}" = none ] || export SHMCCL_BENCH_PIN=1
-    SHMCCL_BENCH_RANKS=$n run "shmccl-$n" "$bench/shmccl_collectives_bench" "${args[@]}"
-    unset SHMCCL_BENCH_PIN
-  fi
-  [ $peers -eq 1 ] || continue
-  peer_args=()
-  [ -z "$peer_filter" ] || peer_args+=("--benchmark_filter=$peer_filter")
-  if [ -x "$bench/shmccl_peer_openmpi_bench" ] && command -v mpirun.openmpi >/dev/null; then
-    run "openmpi-$n" "${openmpi_run[@]}" "${openmpi_bind[@]}" -np "$n" \
-      "$bench/shmccl_peer_openmpi_bench" "${peer_args[@]}"
-  fi
-  if [ -x "$bench/shmccl_peer_mpich_bench" ] && command -v mpiexec.mpich >/dev/null; then
-    run "mpich-$n" "${mpich_run[@]}" "${mpich_bind[@]}" -n "$n" "$bench/shmccl_peer_mpich_bench" "${peer_args[@]}"
-  fi
+  for size in "${sizes[@]}"; do
+    # One size per run when interleaved (run() puts these flags last, so they win); the cutoff
+    # files carry a variant's cut to the larger sizes.
+    suffix="" one_size=()
+    if [ "$size" != all ]; then
+      suffix=-$size
+      one_size=(--bench_min_bytes="$size" --bench_max_bytes="$size")
+    fi
+    args=(--bench_cutoff_file="$out/cut-shmccl-$n")
+    [ -z "$filter" ] || args+=("--benchmark_filter=$filter")
+    if [ -x "$shmrun" ]; then
+      run "shmccl-$n$suffix" "$shmrun" --nproc-per-node "$n" --standalone --no-prefix \
+        --local-ranks-filter 0 "${shmccl_bind[@]}" -- "$bench/shmccl_collectives_bench" "${args[@]}"
+    else
+      [ "${shmccl_bind[1]}" = none ] || export SHMCCL_BENCH_PIN=1
+      SHMCCL_BENCH_RANKS=$n run "shmccl-$n$suffix" "$bench/shmccl_collectives_bench" "${args[@]}"
+      unset SHMCCL_BENCH_PIN
+    fi
+    [ $peers -eq 1 ] || continue
+    peer_args=()
+    [ -z "$peer_filter" ] || peer_args+=("--benchmark_filter=$peer_filter")
+    if [ -x "$bench/shmccl_peer_openmpi_bench" ] && command -v mpirun.openmpi >/dev/null; then
+      run "openmpi-$n$suffix" "${openmpi_run[@]}" "${openmpi_bind[@]}" -np "$n" \
+        "$bench/shmccl_peer_openmpi_bench" "${peer_args[@]}" --bench_cutoff_file="$out/cut-openmpi-$n"
+    fi
+    if [ -x "$bench/shmccl_peer_mpich_bench" ] && command -v mpiexec.mpich >/dev/null; then
+      run "mpich-$n$suffix" "${mpich_run[@]}" "${mpich_bind[@]}" -n "$n" \
+        "$bench/shmccl_peer_mpich_bench" "${peer_args[@]}" --bench_cutoff_file="$out/cut-mpich-$n"
+    fi
+  done
 done
 echo "benchmarks took $(( ($(date +%s) - started) / 60 )) min" >&2
 
