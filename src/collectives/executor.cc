@@ -2,6 +2,7 @@
 #include "collectives/executor.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <sstream>
 
@@ -12,6 +13,7 @@
 #include "collectives/host_pipeline.h"
 #include "collectives/host_staging.h"
 #include "collectives/pull_broadcast.h"
+#include "collectives/work_stripes.h"
 #include "core/check.h"
 #include "core/config.h"
 #include "core/logging.h"
@@ -234,43 +236,57 @@ void run_pool(detail::GroupState& state, ExecContext& context, const Algorithm& 
   const uint64_t base = state.take_pool(total);
   const uint64_t end = base + total;
   if (total == 0) return;
-  uint64_t claimed = header.claim.load(std::memory_order_relaxed);
+  const int size = context.size;
+  std::array<uint64_t, transport::kMaxRanks> stripe_bases;
+  for (int s = 0; s < size; ++s) {
+    stripe_bases[static_cast<size_t>(s)] = state.take_stripe(s, work_stripe(total, size, s).count);
+  }
   bool resolved = false;
   bool ran_one = false;
-  while (claimed < end) {
-    // The counter only grows, so a stale `claimed` can never succeed (no ABA).
-    if (!header.claim.compare_exchange_weak(claimed, claimed + 1, std::memory_order_acq_rel,
-                                            std::memory_order_relaxed)) {
-      continue;
-    }
-    if (claimed < base) [[unlikely]] {
-      throw RemoteError(detail::concat("in ", context.plan.name, " (sequence ", sequence,
-                                       "): the work pool counter is at chunk ", claimed,
-                                       ", behind this collective's first chunk ", base,
-                                       ": the control block is corrupt"));
-    }
-    // Map the peers' buffers only once this rank has work: while a chunk is unfinished no rank
-    // can leave the collective, so every owner is still alive (a rank that found no chunk left
-    // never touches peers that may already have exited).
-    if (!resolved) {
-      transport.slot(context.rank)
-          .pool_claimed.store(static_cast<uint32_t>(sequence), std::memory_order_relaxed);
-      resolve_buffers(context);
-      resolved = true;
-    }
-    algorithm.run_chunk(context, claimed - base);
-    if (!ran_one) {
-      ran_one = true;
-      fault::point(fault::Point::kMidCopy, global_rank(state), sequence);
-    }
-    // Release: the chunk's writes happen-before any rank that sees the count reach `end`.
-    detail::release_to_peers();
-    if (header.done.fetch_add(1, std::memory_order_seq_cst) + 1 == end) transport.notify();
-    claimed = header.claim.load(std::memory_order_relaxed);
-    // A peer may finish the collective and exit between our last chunk and this check: only a
-    // collective with work outstanding fails (the final wait below sees a finished one as done).
-    if (!transport.healthy() && header.done.load(std::memory_order_acquire) < end) {
-      transport.check_healthy();
+  // This rank's stripe first, then the others' from the next rank on: with a core per rank each
+  // rank keeps to its own pages; a rank that is not running has its stripe taken by those that are.
+  for (int k = 0; k < size; ++k) {
+    const int s = (context.rank + k) % size;
+    const WorkStripe stripe = work_stripe(total, size, s);
+    const uint64_t stripe_base = stripe_bases[static_cast<size_t>(s)];
+    const uint64_t stripe_end = stripe_base + stripe.count;
+    std::atomic<uint64_t>& counter = transport.slot(s).stripe_claimed;
+    uint64_t claimed = counter.load(std::memory_order_relaxed);
+    while (claimed < stripe_end) {
+      // The counter only grows, so a stale `claimed` can never succeed (no ABA).
+      if (!counter.compare_exchange_weak(claimed, claimed + 1, std::memory_order_acq_rel,
+                                         std::memory_order_relaxed)) {
+        continue;
+      }
+      if (claimed < stripe_base) [[unlikely]] {
+        throw RemoteError(detail::concat(
+            "in ", context.plan.name, " (sequence ", sequence, "): the work pool counter of rank ",
+            s, "'s stripe is at chunk ", claimed, ", behind this collective's first chunk ",
+            stripe_base, ": the control block is corrupt"));
+      }
+      // Map the peers' buffers only once this rank has work: while a chunk is unfinished no rank
+      // can leave the collective, so every owner is still alive (a rank that found no chunk left
+      // never touches peers that may already have exited).
+      if (!resolved) {
+        transport.slot(context.rank)
+            .pool_claimed.store(static_cast<uint32_t>(sequence), std::memory_order_relaxed);
+        resolve_buffers(context);
+        resolved = true;
+      }
+      algorithm.run_chunk(context, stripe.first + (claimed - stripe_base));
+      if (!ran_one) {
+        ran_one = true;
+        fault::point(fault::Point::kMidCopy, global_rank(state), sequence);
+      }
+      // Release: the chunk's writes happen-before any rank that sees the count reach `end`.
+      detail::release_to_peers();
+      if (header.done.fetch_add(1, std::memory_order_seq_cst) + 1 == end) transport.notify();
+      claimed = counter.load(std::memory_order_relaxed);
+      // A peer may finish the collective and exit between our last chunk and this check: only a
+      // collective with work outstanding fails (the final wait below sees a finished one as done).
+      if (!transport.healthy() && header.done.load(std::memory_order_acquire) < end) {
+        transport.check_healthy();
+      }
     }
   }
   if (!ran_one) fault::point(fault::Point::kMidCopy, global_rank(state), sequence);

@@ -7,6 +7,7 @@
 // are touched by one thread at a time; next_sequence_ is assigned by callers and is atomic.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -62,10 +63,17 @@ class GroupState {
   }
   void end_turn(uint64_t sequence) { turn_.store(sequence, std::memory_order_release); }
 
-  // First chunk number of the next work pool (see control_block.h); advanced per collective.
+  // Where the next work pool starts (see control_block.h), advanced per collective: `done`'s
+  // count of finished chunks, and each stripe's count of taken ones (collectives/work_stripes.h).
   uint64_t take_pool(uint64_t chunks) {
     const uint64_t base = pool_base_;
     pool_base_ += chunks;
+    return base;
+  }
+  uint64_t take_stripe(int stripe, uint64_t chunks) {
+    uint64_t& next = stripe_bases_[static_cast<size_t>(stripe)];
+    const uint64_t base = next;
+    next += chunks;
     return base;
   }
 
@@ -129,6 +137,7 @@ class GroupState {
   std::atomic<uint64_t> next_sequence_{0};
   std::atomic<uint64_t> turn_{0};  // the last call handed on (wait_for_turn)
   uint64_t pool_base_ = 0;
+  std::array<uint64_t, transport::kMaxRanks> stripe_bases_{};
   std::unique_ptr<collectives::HostStaging> host_staging_;
   std::once_flag comm_stream_once_;
   std::shared_ptr<npu::detail::StreamImpl> comm_stream_;

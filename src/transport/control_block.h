@@ -20,8 +20,9 @@
 //   2. each rank waits until every slot's arrivals[e].sequence == s (acquire) and compares
 //      fingerprints (the full descriptors are read only to describe a mismatch). A collective
 //      whose payload fits the 48 bytes of the arrival line costs one cache-line transfer per peer;
-//   3. the ranks claim chunks of work [pool_base, pool_end) from `claim` and count finished ones
-//      in `done`; both counters only grow, so no reset races between collectives;
+//   3. the ranks claim chunks of work, each rank's stripe of them (collectives/work_stripes.h)
+//      from `stripe_claimed` in its slot, and count finished ones in the header's `done`; the
+//      counters only grow, so no reset races between collectives;
 //   4. a rank returns once `done >= pool_end`.
 // A barrier adds one step to 2: rank 0 stores `released = s` in its slot once every rank has
 // arrived, and the others wait for that too, so rank 0 leaves first (executor.cc says why).
@@ -59,7 +60,7 @@ inline constexpr int kCallRing = 64;
 inline constexpr size_t kSmallInlineBytes = 2 * 1024;
 inline constexpr int kInlineRing = 8;
 inline constexpr uint64_t kControlMagic = 0x73686d63636c4342ull;  // "shmcclCB"
-inline constexpr uint32_t kControlVersion = 14;
+inline constexpr uint32_t kControlVersion = 15;
 
 // The slot entry of collective `sequence`, and its inline area.
 inline constexpr int ring_entry(uint64_t sequence) {
@@ -207,10 +208,13 @@ struct alignas(kCacheLine) RankSlot {
   // ran on, and the shared wait it is in (0: none). Written by the owner, read as a hint only.
   alignas(kCacheLine) std::atomic<uint32_t> wait_cpu;
   std::atomic<uint64_t> waits_in;
+  // The work pool's chunks of this rank's stripe taken so far, over all collectives (taken by
+  // this rank first, then by any rank that has finished its own).
+  alignas(kCacheLine) std::atomic<uint64_t> stripe_claimed;
 };
 static_assert(sizeof(RankSlot) % kCacheLine == 0);
 static_assert(offsetof(RankSlot, descriptors) == (kCallRing + 1) * kCacheLine);
-static_assert(sizeof(RankSlot) == 505856);  // a layout change is a kControlVersion change
+static_assert(sizeof(RankSlot) == 505920);  // a layout change is a kControlVersion change
 static_assert(offsetof(OpDescriptor, staging_window) % 8 == 0 && sizeof(OpDescriptor) == 3736);
 
 // RankSlot::attached: 0 until the rank maps the segment, then kAttached; kDetached once it has
@@ -270,7 +274,6 @@ struct alignas(4096) ControlHeader {
   uint64_t segment_bytes;
   uint64_t token;  // random, also in the segment's name
   alignas(kCacheLine) std::atomic<uint32_t> attached_count;
-  alignas(kCacheLine) std::atomic<uint64_t> claim;       // next chunk to take
   alignas(kCacheLine) std::atomic<uint64_t> done;        // chunks finished
   alignas(kCacheLine) std::atomic<uint32_t> wake_word;   // futex: bumped when there is news
   std::atomic<uint32_t> sleepers;                        // ranks asleep on wake_word

@@ -125,21 +125,23 @@ class Fuzzer {
                                 pick(0, transport::kCallRing - 1) * sizeof(OpDescriptor);
       const uint64_t value = interesting();
       write_bytes(descriptor + pick(0, offsetof(OpDescriptor, input) / 8 - 1) * 8, &value, 8);
-    } else {  // the header: work-pool counters, wake word, abort flag
-      const size_t fields[] = {offsetof(transport::ControlHeader, claim),
+    } else {  // the work-pool counters (the header's and a slot's stripe), wake word, abort flag
+      const size_t fields[] = {slot_base + offsetof(RankSlot, stripe_claimed),
                                offsetof(transport::ControlHeader, done),
                                offsetof(transport::ControlHeader, wake_word),
                                offsetof(transport::ControlHeader, sleepers),
                                offsetof(transport::ControlHeader, abort_flag),
                                offsetof(transport::ControlHeader, abort_rank)};
       // Any non-zero abort flag ends the group: rarely, so the other cases get their turn.
-      const size_t field = fields[pick(0, 199) == 0 ? pick(4, 5) : pick(0, 3)];
+      const size_t choice = pick(0, 199) == 0 ? pick(4, 5) : pick(0, 3);
+      const size_t field = fields[choice];
+      const bool counter = choice <= 1;
       // Moving the pool counters a little (not only wildly) reaches the subtle cases.
       uint64_t value = interesting();
-      if (field <= offsetof(transport::ControlHeader, done) && pick(0, 1) == 0) {
+      if (counter && pick(0, 1) == 0) {
         value = *reinterpret_cast<volatile uint64_t*>(base_ + field) + pick(0, 3) - 1;
       }
-      write_bytes(field, &value, field <= offsetof(transport::ControlHeader, done) ? 8 : 4);
+      write_bytes(field, &value, counter ? 8 : 4);
     }
     ++writes_;
   }
