@@ -61,25 +61,40 @@ void touch_pages(char* data, size_t bytes) {
   }
 }
 
-// Time per page of a write to each page, through a fresh mapping (cold) or a touched one (warm).
-void BM_TouchPerPage(benchmark::State& state) {
+// Runs `access` once per iteration through a mapping made afresh for it (cold; mapped and
+// unmapped outside the timed part) or through `warm`, and returns the seconds timed in all.
+template <typename Access>
+double run_iterations(benchmark::State& state, const Segment& segment, const Segment::Mapping& warm,
+                      Access&& access) {
   const bool cold = state.range(0) != 0;
-  const size_t bytes = static_cast<size_t>(state.range(1)) << 20;
-  Segment segment(bytes);
-  auto warm = std::make_unique<Segment::Mapping>(segment);
-  touch_pages(warm->data(), bytes);
   double seconds = 0;
   for (auto _ : state) {
     std::unique_ptr<Segment::Mapping> fresh;
     if (cold) fresh = std::make_unique<Segment::Mapping>(segment);
-    char* data = cold ? fresh->data() : warm->data();
+    char* data = cold ? fresh->data() : warm.data();
     const auto start = std::chrono::steady_clock::now();
-    touch_pages(data, bytes);
+    access(data);
+    benchmark::ClobberMemory();
     const auto stop = std::chrono::steady_clock::now();
     const double elapsed = std::chrono::duration<double>(stop - start).count();
     seconds += elapsed;
     state.SetIterationTime(elapsed);
   }
+  return seconds;
+}
+
+size_t mebibytes(const benchmark::State& state) {
+  return static_cast<size_t>(state.range(1)) << 20;
+}
+
+// Time per page of a write to each page, through a fresh mapping (cold) or a touched one (warm).
+void BM_TouchPerPage(benchmark::State& state) {
+  const size_t bytes = mebibytes(state);
+  Segment segment(bytes);
+  Segment::Mapping warm(segment);
+  touch_pages(warm.data(), bytes);
+  const double seconds =
+      run_iterations(state, segment, warm, [bytes](char* data) { touch_pages(data, bytes); });
   const double pages = static_cast<double>(bytes / kPage) * static_cast<double>(state.iterations());
   state.counters["us_per_page"] = seconds * 1e6 / pages;
 }
@@ -92,22 +107,13 @@ BENCHMARK(BM_TouchPerPage)
 
 // A copy of the whole range from private memory into a fresh mapping (cold) or a touched one.
 void BM_CopyInto(benchmark::State& state) {
-  const bool cold = state.range(0) != 0;
-  const size_t bytes = static_cast<size_t>(state.range(1)) << 20;
+  const size_t bytes = mebibytes(state);
   Segment segment(bytes);
   std::vector<char> source(bytes, 5);
-  auto warm = std::make_unique<Segment::Mapping>(segment);
-  std::memcpy(warm->data(), source.data(), bytes);
-  for (auto _ : state) {
-    std::unique_ptr<Segment::Mapping> fresh;
-    if (cold) fresh = std::make_unique<Segment::Mapping>(segment);
-    char* data = cold ? fresh->data() : warm->data();
-    const auto start = std::chrono::steady_clock::now();
-    std::memcpy(data, source.data(), bytes);
-    benchmark::ClobberMemory();
-    const auto stop = std::chrono::steady_clock::now();
-    state.SetIterationTime(std::chrono::duration<double>(stop - start).count());
-  }
+  Segment::Mapping warm(segment);
+  std::memcpy(warm.data(), source.data(), bytes);
+  run_iterations(state, segment, warm,
+                 [&source, bytes](char* data) { std::memcpy(data, source.data(), bytes); });
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(bytes));
 }
 BENCHMARK(BM_CopyInto)

@@ -237,9 +237,15 @@ void run_pool(detail::GroupState& state, ExecContext& context, const Algorithm& 
   const uint64_t end = base + total;
   if (total == 0) return;
   const int size = context.size;
-  std::array<uint64_t, transport::kMaxRanks> stripe_bases;
+  // Each stripe's chunks, and where its counter starts for this collective.
+  struct Stripe {
+    WorkStripe chunks;
+    uint64_t base;
+  };
+  std::array<Stripe, transport::kMaxRanks> stripes;
   for (int s = 0; s < size; ++s) {
-    stripe_bases[static_cast<size_t>(s)] = state.take_stripe(s, work_stripe(total, size, s).count);
+    const WorkStripe chunks = work_stripe(total, size, s);
+    stripes[static_cast<size_t>(s)] = {chunks, state.take_stripe(s, chunks.count)};
   }
   bool resolved = false;
   bool ran_one = false;
@@ -247,8 +253,8 @@ void run_pool(detail::GroupState& state, ExecContext& context, const Algorithm& 
   // rank keeps to its own pages; a rank that is not running has its stripe taken by those that are.
   for (int k = 0; k < size; ++k) {
     const int s = (context.rank + k) % size;
-    const WorkStripe stripe = work_stripe(total, size, s);
-    const uint64_t stripe_base = stripe_bases[static_cast<size_t>(s)];
+    const WorkStripe stripe = stripes[static_cast<size_t>(s)].chunks;
+    const uint64_t stripe_base = stripes[static_cast<size_t>(s)].base;
     const uint64_t stripe_end = stripe_base + stripe.count;
     std::atomic<uint64_t>& counter = transport.slot(s).stripe_claimed;
     uint64_t claimed = counter.load(std::memory_order_relaxed);

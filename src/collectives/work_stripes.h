@@ -15,8 +15,8 @@
 namespace shmccl::collectives {
 
 struct WorkStripe {
-  uint64_t first = 0;  // its first chunk
-  uint64_t count = 0;  // its chunks: total / size or one more (the first total % size stripes)
+  uint64_t first;  // its first chunk
+  uint64_t count;  // its chunks: total / size or one more (the first total % size stripes)
 };
 
 inline WorkStripe work_stripe(uint64_t total, int size, int stripe) {
