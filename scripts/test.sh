@@ -19,10 +19,12 @@ jobs=$(nproc)
 # The sanitizer builds are for the tests; benchmarks are measured in the plain build.
 benchmarks=ON
 if [ -n "$sanitize" ]; then benchmarks=OFF; fi
-cmake -S . -B "$build_dir" -DSHMCCL_SANITIZE="$sanitize" -DSHMCCL_BUILD_BENCHMARKS="$benchmarks" >/dev/null
+cmake -S . -B "$build_dir" -DSHMCCL_SANITIZE="$sanitize" -DSHMCCL_BUILD_TESTS=ON \
+  -DSHMCCL_BUILD_BENCHMARKS="$benchmarks" >/dev/null
 cmake --build "$build_dir" -j "$jobs"
 
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp}"
-ctest --test-dir "$build_dir" --output-on-failure -j "$jobs"
+# --no-tests=error: a build without its tests must fail here, not pass with nothing run.
+ctest --test-dir "$build_dir" --output-on-failure --no-tests=error -j "$jobs"

@@ -23,7 +23,7 @@ struct RankExit {
   pid_t pid = -1;
   ExitStatus status;
   std::chrono::system_clock::time_point time;
-  bool stopped = false;  // it ended after shmrun began stopping the group
+  bool stopped = false;  // it ended after shmrun began stopping the group (not necessarily by it)
 };
 
 struct SummaryContext {

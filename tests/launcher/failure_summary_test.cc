@@ -1,0 +1,61 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+#include "launcher/failure_summary.h"
+
+#include <gtest/gtest.h>
+
+#include <csignal>
+
+namespace shmccl::launcher {
+namespace {
+
+RankExit exit_of(int rank, ExitStatus status, bool stopped) {
+  RankExit exit;
+  exit.rank = rank;
+  exit.local_rank = rank;
+  exit.pid = 1000 + rank;
+  exit.status = status;
+  exit.stopped = stopped;
+  exit.time = std::chrono::system_clock::now();
+  return exit;
+}
+
+std::string summary(const std::vector<RankExit>& others) {
+  SummaryContext context;
+  context.program = "prog";
+  context.host = "host";
+  return format_failure_summary(context, exit_of(0, ExitStatus{false, 3}, false), others);
+}
+
+TEST(FailureSummary, NamesTheRootCauseFirst) {
+  const std::string text = summary({});
+  EXPECT_NE(text.find("prog FAILED"), std::string::npos) << text;
+  EXPECT_NE(text.find("Root Cause (first observed failure):\n[0]:\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("  exitcode   : 3 (pid: 1000)\n  error      : exited with code 3\n"),
+            std::string::npos)
+      << text;
+}
+
+TEST(FailureSummary, OnlyShmrunsSignalsReadAsStoppedByShmrun) {
+  const std::string text = summary(
+      {exit_of(1, ExitStatus{true, SIGTERM}, true), exit_of(2, ExitStatus{true, SIGKILL}, true),
+       exit_of(3, ExitStatus{true, SIGABRT}, true), exit_of(4, ExitStatus{true, SIGSEGV}, false),
+       exit_of(5, ExitStatus{false, 1}, true)});
+  EXPECT_NE(text.find("Signal 15 (SIGTERM) received by PID 1001 (stopped by shmrun)\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("Signal 9 (SIGKILL) received by PID 1002 (stopped by shmrun)\n"),
+            std::string::npos)
+      << text;
+  // A rank that aborted on its own while the group was being stopped was not stopped by shmrun.
+  EXPECT_NE(text.find("Signal 6 (SIGABRT) received by PID 1003 while shmrun was stopping the "
+                      "group\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("Signal 11 (SIGSEGV) received by PID 1004\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("exited with code 1 while shmrun was stopping the group\n"),
+            std::string::npos)
+      << text;
+}
+
+}  // namespace
+}  // namespace shmccl::launcher
