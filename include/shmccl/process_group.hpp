@@ -54,7 +54,11 @@ void init_process_group(const InitOptions& options = {});
 bool is_initialized();
 // Destroys the default group and every group created from it (collectives still in flight
 // finish first): a ProcessGroupPtr still held afterwards is shut down (ProcessGroup::shutdown).
-// init_process_group may be called again afterwards.
+// init_process_group may be called again afterwards. A collective this rank finished before its
+// peers arrived (a broadcast's root, a reduce-scatter rank that receives nothing) is compared with
+// theirs on the way out, as a later collective would have: this waits for them to call it (the
+// group's timeout at most), and a mismatch, or a peer that never calls it, is thrown
+// (RemoteError, TimeoutError) once every group is down.
 void destroy_process_group();
 ProcessGroupPtr default_group();
 int get_rank(const ProcessGroupPtr& group = nullptr);

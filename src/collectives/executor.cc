@@ -779,6 +779,23 @@ void execute(detail::GroupState& state, const OpPlan& plan) {
   }
 }
 
+void settle_early_finishes_before_leaving(detail::GroupState& state) {
+  EarlyFinishes& early = state.early();
+  // A failed group reported its failure; its ranks may disagree on where the calls stand.
+  if (!early.pending() || state.failed()) return;
+  transport::GroupTransport& transport = state.transport();
+  const uint64_t next = state.executing() + 1;  // as if a next call came
+  transport.wait_until(
+      [&] { return early.poll(transport, next) || !early.pending(); }, state.timeout(),
+      [&] {
+        const uint64_t needed = early.all_arrived() + 1;
+        return detail::concat("leaving the group (timeout ", state.timeout().count(),
+                              " ms): ranks ", transport::late_ranks(transport, needed),
+                              " have not called collective ", needed);
+      });
+  early.throw_if_mismatch(transport, next);
+}
+
 const Algorithm& algorithm_for(OpKind kind) {
   switch (kind) {
     case OpKind::kAllGather:

@@ -91,6 +91,7 @@ class GroupState {
   // later collective throws the first failure. True when this was the first failure.
   bool mark_failed(const std::string& message);
   void check_not_failed() const;
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
 
   // Leaves the group for good (ProcessGroup::shutdown): the transport goes, so the peers' waits
   // for this rank fail at once, naming it; later collectives throw. Only once no collective of
@@ -114,6 +115,7 @@ class GroupState {
     executing_sequence_ = sequence;
     transport_->set_current_sequence(sequence);  // what its waits compare departures with
   }
+  uint64_t executing() const { return executing_sequence_; }  // the last one, between calls
   // The collectives this rank finished before every peer arrived, and what it still owes for them
   // (early_finish.h). Used by the executing thread only.
   collectives::EarlyFinishes& early() { return early_; }

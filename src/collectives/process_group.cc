@@ -191,17 +191,40 @@ ProcessGroup::~ProcessGroup() {
 }
 
 void ProcessGroup::shutdown() noexcept {
-  if (state_->is_shut_down()) return;
-  if (state_->has_comm_stream()) {
+  const std::exception_ptr error = collectives::shut_down(*this);
+  if (!error) return;
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& what) {
+    SHMCCL_WARN(kColl, "shutting down group ", state_->comm_name(), ": ", what.what());
+  } catch (...) {
+  }
+}
+
+namespace collectives {
+
+std::exception_ptr shut_down(ProcessGroup& group) noexcept {
+  detail::GroupState& state = group.state();
+  if (state.is_shut_down()) return nullptr;
+  if (state.has_comm_stream()) {
     try {
-      state_->comm_stream().synchronize();
+      state.comm_stream().synchronize();
     } catch (const std::exception& error) {
-      SHMCCL_WARN(kColl, "shutting down group ", state_->comm_name(), ": ", error.what());
+      SHMCCL_WARN(kColl, "shutting down group ", state.comm_name(), ": ", error.what());
     }
   }
-  collectives::settle_pull_before_leaving(*state_);
-  state_->shut_down();
+  std::exception_ptr error;
+  try {
+    settle_early_finishes_before_leaving(state);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  settle_pull_before_leaving(state);
+  state.shut_down();
+  return error;
 }
+
+}  // namespace collectives
 
 int ProcessGroup::rank() const {
   return state_->rank();

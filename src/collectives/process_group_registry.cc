@@ -95,9 +95,14 @@ void destroy_process_group() {
   // Groups the caller still holds go too (as torch's destroy_process_group shuts every backend
   // down): their peers must not wait for this rank, and its exit must read as a departure, not
   // a death. Each drains the collectives still queued first; sub-groups before the default one.
-  for (auto group = groups.rbegin(); group != groups.rend(); ++group)
-    (*group)->shutdown();
+  // A mismatch found on the way out is thrown once every group is down (docs/errors.md).
+  std::exception_ptr first_error;
+  for (auto group = groups.rbegin(); group != groups.rend(); ++group) {
+    std::exception_ptr error = collectives::shut_down(**group);
+    if (!first_error) first_error = std::move(error);
+  }
   groups.clear();
+  if (first_error) std::rethrow_exception(first_error);
 }
 
 ProcessGroupPtr default_group() {

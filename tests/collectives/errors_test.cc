@@ -289,9 +289,29 @@ TEST(CollectiveErrorsTest, AMismatchReachesARankThatFinishedEarlyAtItsNextCall) 
   }
 }
 
-// A broadcast's root needs nobody's data, so it may finish, destroy the group and exit before
-// the receivers even call the broadcast; the data is in the control block, and they get it.
-TEST(CollectiveErrorsTest, ReceiversCompleteABroadcastWhoseRootAlreadyExited) {
+// Joins the group with waits that neither spin nor yield, so that a rank waiting shows up in the
+// group's sleeper count at once.
+void join_with_waits_that_sleep_at_once(const testing::RankContext& ctx) {
+  setenv("SHMCCL_SPIN_TIME", "0", 1);
+  setenv("SHMCCL_YIELD_TIME", "0", 1);
+  config::reload();
+  npu::set_device(ctx.rank % 8);
+  ctx.init();
+}
+
+// Until `count` ranks sleep in a wait of the default group.
+void await_sleepers(uint32_t count, const char* what) {
+  const transport::GroupTransport& transport = default_group()->state().transport();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (transport.header().sleepers.load() < count) {
+    require(std::chrono::steady_clock::now() < deadline, what);
+    sched_yield();
+  }
+}
+
+// A broadcast's root needs nobody's data, so it may finish and die before the receivers even call
+// the broadcast; the data is in the control block, and they get it.
+TEST(CollectiveErrorsTest, ReceiversCompleteABroadcastWhoseRootAlreadyDied) {
   for (int world : {2, 3, 8}) {
     int pid_pipe[2];
     ASSERT_EQ(pipe(pid_pipe), 0);
@@ -301,11 +321,10 @@ TEST(CollectiveErrorsTest, ReceiversCompleteABroadcastWhoseRootAlreadyExited) {
       Tensor tensor = full({3}, ctx.rank == 0 ? 7 : 0, kInt32).npu();
       if (ctx.rank == 0) {
         broadcast(tensor, 0);
-        destroy_process_group();
         const pid_t me = getpid();
         for (int r = 1; r < ctx.world; ++r)
           require(write(pid_pipe[1], &me, sizeof(me)) == sizeof(me), "pipe write");
-        return;
+        _exit(0);  // without leaving the group (destroying it would wait for the receivers)
       }
       pid_t root = 0;
       require(read(pid_pipe[0], &root, sizeof(root)) == sizeof(root), "pipe read");
@@ -315,8 +334,8 @@ TEST(CollectiveErrorsTest, ReceiversCompleteABroadcastWhoseRootAlreadyExited) {
       require(tensor.cpu().to_vector<int32_t>() == std::vector<int32_t>{7, 7, 7},
               "wrong broadcast result");
       // The next collective needs the root, which is gone: a RemoteError. Its text names the
-      // first departure this rank noticed: the root (its destroyed side of the group or its
-      // exit), or another receiver that failed here first and exited.
+      // first failure this rank noticed: the root's exit, or another receiver that failed here
+      // first and exited.
       try {
         barrier();
       } catch (const RemoteError& error) {
@@ -335,22 +354,93 @@ TEST(CollectiveErrorsTest, ReceiversCompleteABroadcastWhoseRootAlreadyExited) {
   }
 }
 
-// A reduce-scatter rank that receives nothing needs nobody's data either: it may finish, destroy
-// the group and exit while the others still wait there for each other. Its exit must not fail
-// them (it departed before it exited, after the call); only the collectives it takes no part in
-// fail, naming its departure. Rank 0 waits in the call after the exit has reached its process
-// (its peer monitor dispatched it), asleep, and the middle ranks arrive only then.
-TEST(CollectiveErrorsTest, PeersStillWaitingInACallThatAnExitedRankFinishedEarlyComplete) {
-  for (int world : {3, 4, 8}) {
-    int pid_pipe[2];
-    ASSERT_EQ(pipe(pid_pipe), 0);
-    const testing::TokenPipe go;  // rank 0 waits in the call: the middle ranks may come
+// A root that destroys the group right after a broadcast it finished alone waits there for the
+// receivers to call it (asleep: it stays in the group), so that their calls are compared with its
+// own; it leaves once they came, with no error, and they get the data.
+TEST(CollectiveErrorsTest, ARootLeavingAfterItsBroadcastWaitsForTheReceivers) {
+  for (int world : {2, 3, 8}) {
+    const testing::TokenPipe leaving;
     auto results = testing::run_ranks(world, [&](const testing::RankContext& ctx) {
-      setenv("SHMCCL_SPIN_TIME", "0", 1);
-      setenv("SHMCCL_YIELD_TIME", "0", 1);
-      config::reload();
+      join_with_waits_that_sleep_at_once(ctx);
+      Tensor tensor = full({3}, ctx.rank == 0 ? 7 : 0, kInt32).npu();
+      if (ctx.rank == 0) {
+        broadcast(tensor, 0);
+        leaving.post(ctx.world - 1);
+        destroy_process_group();
+        return;
+      }
+      require(leaving.wait(), "the root did not finish its broadcast");
+      await_sleepers(1, "the root left without waiting");  // it sleeps on its way out
+      require(default_group()->state().transport().slot(0).departed_at.load() == 0,
+              "the root left before the receivers");
+      broadcast(tensor, 0);
+      require(tensor.cpu().to_vector<int32_t>() == std::vector<int32_t>{7, 7, 7},
+              "wrong broadcast result");
+    });
+    EXPECT_TRUE(testing::all_ranks_succeeded(results)) << world << " ranks";
+  }
+}
+
+// Ranks that each finished their last collective alone, each thinking itself the broadcast's
+// root, or a reduce-scatter rank that receives nothing and disagrees with the others: nothing
+// compared those calls before the ranks leave, so leaving does, and every rank gets the mismatch
+// (destroy_process_group throws it), none keeps a result that only looks right.
+TEST(CollectiveErrorsTest, AMismatchInTheLastCallsFinishedAloneReachesEveryRankAsItLeaves) {
+  for (int world : {2, 3, 4}) {
+    auto results = testing::run_ranks(world, [&](const testing::RankContext& ctx) {
       npu::set_device(ctx.rank % 8);
-      ctx.init();
+      ctx.init(20000);
+      Tensor tensor = full({4}, ctx.rank + 10, kInt32).npu();
+      broadcast(tensor, ctx.rank == 0 ? 0 : 1);  // ranks 0 and 1 are roots
+      try {
+        destroy_process_group();
+      } catch (const RemoteError& error) {
+        const std::string text = error.what();
+        require(text.find("collective mismatch in the previous collective") != std::string::npos &&
+                    text.find("src=0") != std::string::npos &&
+                    text.find("src=1") != std::string::npos,
+                text);
+        return;
+      }
+      throw testing::RequirementFailed(str("rank ", ctx.rank, " left without the mismatch"));
+    });
+    EXPECT_TRUE(testing::all_ranks_succeeded(results)) << world << " ranks, broadcast";
+  }
+  for (int world : {3, 4}) {
+    auto results = testing::run_ranks(world, [&](const testing::RankContext& ctx) {
+      npu::set_device(ctx.rank % 8);
+      ctx.init(20000);
+      // Rank 0 receives nothing either way; it splits the rest differently.
+      std::vector<int64_t> splits(static_cast<size_t>(ctx.world), 2);
+      splits[0] = 0;
+      if (ctx.rank == 0) {
+        splits[1] = 1;
+        splits[2] = 3;
+      }
+      const Tensor input = ones({2 * (ctx.world - 1)}, kInt32).npu();
+      Tensor output = zeros({splits[static_cast<size_t>(ctx.rank)]}, kInt32).npu();
+      try {
+        reduce_scatter_tensor_uneven(output, input, splits);
+        destroy_process_group();
+      } catch (const RemoteError& error) {
+        require(std::string(error.what()).find("collective mismatch") != std::string::npos,
+                error.what());
+        return;
+      }
+      throw testing::RequirementFailed(str("rank ", ctx.rank, " saw no mismatch"));
+    });
+    EXPECT_TRUE(testing::all_ranks_succeeded(results)) << world << " ranks, reduce-scatter";
+  }
+}
+
+// A reduce-scatter rank that receives nothing needs nobody's data either: it finishes alone, then
+// on its way out waits for the others to call it; they complete it (rank 0 asleep in it when the
+// last of them comes and the leaver departs), and only the collectives it takes no part in fail,
+// naming its departure.
+TEST(CollectiveErrorsTest, PeersStillWaitingInACallThatALeavingRankFinishedEarlyComplete) {
+  for (int world : {3, 4, 8}) {
+    auto results = testing::run_ranks(world, [&](const testing::RankContext& ctx) {
+      join_with_waits_that_sleep_at_once(ctx);
       const int last = ctx.world - 1;
       std::vector<int64_t> splits(static_cast<size_t>(ctx.world), 2);
       splits[static_cast<size_t>(last)] = 0;  // the last rank receives nothing
@@ -359,36 +449,10 @@ TEST(CollectiveErrorsTest, PeersStillWaitingInACallThatAnExitedRankFinishedEarly
       if (ctx.rank == last) {
         reduce_scatter_tensor_uneven(output, input, splits);
         destroy_process_group();
-        const pid_t me = getpid();
-        require(write(pid_pipe[1], &me, sizeof(me)) == sizeof(me), "pipe write");
         return;
       }
-      const transport::GroupTransport& transport = default_group()->state().transport();
-      if (ctx.rank == 0) {
-        pid_t gone = 0;
-        require(read(pid_pipe[0], &gone, sizeof(gone)) == sizeof(gone), "pipe read");
-        require(transport::PeerMonitor::wait_for_exit(gone, std::chrono::seconds(20)),
-                "the last rank did not exit");
-        // The monitor thread dispatches deaths one at a time, in the order they were seen: once a
-        // watch made after the exit has fired, the group's own watch of that pid has fired too.
-        std::atomic<int> fired{0};
-        for (int round = 1; round <= 2; ++round) {
-          transport::PeerMonitor::instance().watch(gone, [&](pid_t) { fired.fetch_add(1); });
-          const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-          while (fired.load() < round) {
-            require(std::chrono::steady_clock::now() < deadline, "no death notice");
-            std::this_thread::yield();
-          }
-        }
-        go.post(last - 1);
-      } else {
-        require(go.wait(), "rank 0 did not see the last rank's exit");
-        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-        while (transport.header().sleepers.load() == 0) {  // rank 0 sleeps in the call
-          require(std::chrono::steady_clock::now() < deadline, "rank 0 never slept");
-          sched_yield();
-        }
-      }
+      // Rank 0 and the leaver sleep, each in its own wait for the middle ranks.
+      if (ctx.rank != 0) await_sleepers(2, "rank 0 and the leaver never slept");
       reduce_scatter_tensor_uneven(output, input, splits);
       require(output.cpu().to_vector<int32_t>() == std::vector<int32_t>(2, ctx.world),
               "wrong reduce-scatter result");
@@ -402,8 +466,6 @@ TEST(CollectiveErrorsTest, PeersStillWaitingInACallThatAnExitedRankFinishedEarly
       }
       throw testing::RequirementFailed("the barrier without the last rank did not fail");
     });
-    close(pid_pipe[0]);
-    close(pid_pipe[1]);
     EXPECT_TRUE(testing::all_ranks_succeeded(results)) << world << " ranks";
   }
 }
