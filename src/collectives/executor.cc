@@ -421,6 +421,27 @@ RemoteError mismatch(const char* call, int rank, const OpDescriptor& mine, int p
   if (pull != 0) wait_for_receivers(state, pull_root, pull, "before", plan.name, sequence);
 }
 
+// Before the zero-copy paths touch the peers' tensors: a peer that timed out on this call after
+// it arrived (waiting for this late rank, say) gave up on it before its caller saw the
+// TimeoutError and may have freed or reused them, so the call fails here too, naming it. (Inline
+// calls carry their data in the control block: their late ranks complete them.) A rank departs
+// right after it gives up, so while nobody departed this is one load; a give-up racing with this
+// check is not caught.
+void throw_if_a_peer_timed_out(const transport::GroupTransport& transport, const OpPlan& plan) {
+  const uint64_t sequence = plan.sequence;
+  const int peer = transport.first_departed([sequence](const transport::RankSlot& slot) {
+    return transport::gave_up_on(slot, sequence) &&
+           slot.failure_kind == static_cast<uint32_t>(transport::FailureKind::kTimeout);
+  });
+  if (peer < 0) [[likely]]
+    return;
+  throw TimeoutError(detail::concat("in ", plan.name, " (sequence ", sequence, "): rank ", peer,
+                                    " (pid ", transport.peer_pid(peer),
+                                    ") gave up on the call before this rank came, and its tensors "
+                                    "may be reused: ",
+                                    transport::failure_text(transport.slot(peer))));
+}
+
 // A barrier's wait for every arrival. When ranks outnumber cores the other ranks also wait for
 // rank 0's release, so rank 0 leaves first: a collective rooted at rank 0 that follows (barrier,
 // then broadcast from 0) finds its root ahead of the receivers, as MPI's barriers have it.
@@ -705,6 +726,7 @@ void run(detail::GroupState& state, const OpPlan& plan) {
   }
   // Work-pool collectives are long enough to afford precise times.
   if (trace != nullptr && !plan.async_op) trace->started(sequence);
+  if (!pulling) throw_if_a_peer_timed_out(transport, plan);
   if (pulling) {
     if (rank == plan.root) {
       fault::point(fault::Point::kMidCopy, me, sequence);  // (it copies nothing)

@@ -192,6 +192,37 @@ TEST(DepartureTest, ALateRankLearnsOfThePeerThatTimedOutInItsNextCall) {
   });
 }
 
+// The same with a 1 MiB all-reduce, whose ranks read and write each other's tensors (the work
+// pool): rank 0's caller has its TimeoutError and reuses the tensor (it writes -5 there), so the
+// late rank and the ranks between fail that all-reduce, naming rank 0's timeout, and leave the
+// tensor alone.
+TEST(DepartureTest, ALateRankLeavesTheTensorsOfAPeerThatTimedOutAlone) {
+  run_at_every_size([](const testing::RankContext& ctx, Tensor&, Shared& shared) {
+    constexpr int64_t kElements = 1 << 18;
+    const int late = ctx.world - 1;
+    Tensor tensor = full({kElements}, ctx.rank + 1, kInt32).npu();
+    if (ctx.rank == 0) {
+      default_group()->set_timeout(std::chrono::milliseconds(300));
+      try {
+        all_reduce(tensor);
+        throw testing::RequirementFailed("rank 0 went on without the late rank");
+      } catch (const TimeoutError&) {
+      }
+      tensor.fill_(-5);
+      shared.step.post(1);
+      outlive_the_survivors(ctx, shared);
+      require(tensor.cpu().to_vector<int32_t>() == std::vector<int32_t>(kElements, -5),
+              "a late rank wrote into the tensor of the rank that timed out");
+      return;
+    }
+    if (ctx.rank == late) require(shared.step.wait(1), "rank 0 did not time out");
+    expect_departure_named([&] { all_reduce(tensor); },
+                           {"rank 0 (pid ", "gave up on the call before this rank came",
+                            "timed out in all_reduce (sequence 2"},
+                           ctx, shared, /*timeout=*/true);
+  });
+}
+
 // The last rank destroys its side of the group after two collectives and goes on living; the
 // others' third collective names it at once.
 TEST(DepartureTest, ARankThatDestroyedItsGroupIsNamedInItsPeersNextCall) {
