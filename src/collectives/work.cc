@@ -56,19 +56,26 @@ void Work::synchronize() {
     wait();  // host-side work: waiting on the host is the only ordering there is
     return;
   }
+  npu::detail::StreamImpl& stream = *npu::current_stream(npu::current_device()).impl();
   std::shared_ptr<npu::detail::EventState> event;
+  uint64_t generation = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (completed_.load(std::memory_order_relaxed))
-      return;  // nothing to order after (its error, if any, is the Work's to report)
+    if (completed_.load(std::memory_order_relaxed)) {
+      // Nothing to order after; a failure still reaches the stream's next synchronisation, as
+      // it does when the collective fails after this call (docs/errors.md).
+      if (error_) stream.fail_with(error_);
+      return;
+    }
     if (completion_event_ == nullptr) {
       completion_event_ = std::make_shared<npu::detail::EventState>();
       completion_generation_ = npu::detail::begin_task_record(*completion_event_);
     }
     event = completion_event_;
+    generation = completion_generation_;
   }
   help(/*run_here=*/false);  // the stream waiting for it needs it started
-  npu::current_stream(npu::current_device()).impl()->wait(event);
+  stream.wait_for_task(event, generation);
 }
 
 void Work::finish(std::exception_ptr error) {
@@ -83,7 +90,7 @@ void Work::finish(std::exception_ptr error) {
     generation = completion_generation_;
   }
   completed_cv_.notify_all();
-  if (event != nullptr) npu::detail::complete_task_record(*event, generation);
+  if (event != nullptr) npu::detail::complete_task_record(*event, generation, error_);
 }
 
 }  // namespace shmccl

@@ -132,8 +132,8 @@ uint64_t begin_task_record(EventState& event) {
   return generation;
 }
 
-void complete_task_record(EventState& event, uint64_t generation) {
-  complete_generation(event, generation, nullptr);
+void complete_task_record(EventState& event, uint64_t generation, const std::exception_ptr& error) {
+  complete_generation(event, generation, error);
 }
 
 void wait_event_completed(EventState& event) {
@@ -540,6 +540,24 @@ void StreamImpl::wait(const std::shared_ptr<EventState>& event) {
     event->completed_cv.wait(event_lock,
                              [&] { return generation_completed_locked(*event, generation); });
   });
+}
+
+void StreamImpl::wait_for_task(const std::shared_ptr<EventState>& event, uint64_t generation) {
+  enqueue([event = event, generation] {
+    std::exception_ptr error;
+    {
+      std::unique_lock<std::mutex> event_lock(event->mutex);
+      event->completed_cv.wait(event_lock,
+                               [&] { return generation_completed_locked(*event, generation); });
+      // A later record would have replaced the error: a task's record has only this generation.
+      if (event->record_generation == generation) error = event->error;
+    }
+    if (error) std::rethrow_exception(error);
+  });
+}
+
+void StreamImpl::fail_with(std::exception_ptr error) {
+  enqueue([error = std::move(error)] { std::rethrow_exception(error); });
 }
 
 }  // namespace shmccl::npu::detail

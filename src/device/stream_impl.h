@@ -123,6 +123,13 @@ class StreamImpl {
   // Queues a wait: later tasks start only once `event`'s current record has completed. Nothing
   // is queued when that record has already completed (or the event was never recorded).
   void wait(const std::shared_ptr<EventState>& event);
+  // Queues a wait for a task's record (begin_task_record's `generation` of `event`) that also
+  // takes on the task's error: later tasks start once it completed, and a failed task's error is
+  // stored here, rethrown by this stream's next synchronize(). An asynchronous collective's
+  // Work::synchronize() orders the caller's stream this way.
+  void wait_for_task(const std::shared_ptr<EventState>& event, uint64_t generation);
+  // Stores `error` as if a task queued now had thrown it (rethrown by the next synchronize()).
+  void fail_with(std::exception_ptr error);
 
  private:
   // Everything the worker thread touches. The worker holds its own reference, so the State
@@ -211,7 +218,10 @@ bool running_helped_task();
 // complete_task_record as its last step. Work queued after the task is not waited for, which
 // is what a record right behind it means too.
 uint64_t begin_task_record(EventState& event);
-void complete_task_record(EventState& event, uint64_t generation);
+// `error`: the task failed; it is stored in the event (EventState::error) for the streams that
+// wait for it (wait_for_task).
+void complete_task_record(EventState& event, uint64_t generation,
+                          const std::exception_ptr& error = nullptr);
 
 // Blocks until `event`'s latest record (at the time of the call) has completed.
 void wait_event_completed(EventState& event);

@@ -470,6 +470,46 @@ TEST(CollectiveErrorsTest, PeersStillWaitingInACallThatALeavingRankFinishedEarly
   }
 }
 
+// An asynchronous collective that fails (the ranks disagree on the dtype) after Work::synchronize()
+// ordered the caller's stream after it, or before: either way its error surfaces at that stream's
+// next synchronisation, once, besides Work::wait().
+TEST(CollectiveErrorsTest, AFailedAsyncCollectiveSurfacesAtTheSynchronizedStream) {
+  for (int world : {2, 3}) {
+    for (const bool synchronize_first : {true, false}) {
+      const testing::TokenPipe ordered;
+      auto results = testing::run_ranks(world, [&](const testing::RankContext& ctx) {
+        npu::set_device(ctx.rank % 8);
+        ctx.init(20000);
+        Tensor tensor = full({1000}, 1, ctx.rank == 0 ? kFloat32 : kInt32).npu();
+        if (ctx.rank != 0) require(ordered.wait(), "rank 0 did not issue its call");
+        std::shared_ptr<Work> work = all_reduce(tensor, ReduceOp::SUM, nullptr, /*async_op=*/true);
+        if (ctx.rank == 0) {
+          if (synchronize_first) work->synchronize();  // still pending: the others wait for this
+          ordered.post(ctx.world - 1);
+          try {
+            work->wait();
+          } catch (const RemoteError&) {
+          }
+          if (!synchronize_first) work->synchronize();  // already failed
+        } else {
+          work->synchronize();
+        }
+        try {
+          npu::current_stream().synchronize();
+          throw testing::RequirementFailed(
+              str("rank ", ctx.rank, ": the stream synchronised without the error"));
+        } catch (const RemoteError& error) {
+          require(std::string(error.what()).find("mismatch") != std::string::npos, error.what());
+        }
+        npu::synchronize();  // reported once
+        require(!work->is_success() && work->exception() != nullptr, "the Work succeeded");
+      });
+      EXPECT_TRUE(testing::all_ranks_succeeded(results))
+          << world << " ranks, synchronize first: " << synchronize_first;
+    }
+  }
+}
+
 TEST(CollectiveErrorsTest, DeadPeerFailsSurvivorsWithinASecond) {
   for (int world : {2, 4, 8}) {
     const std::string job = testing::unique_job_id();
