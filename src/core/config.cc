@@ -244,6 +244,9 @@ bool parse_seconds(const std::string& raw, double* out) noexcept {
   } else {
     return false;
   }
+  // Beyond this a deadline in nanoseconds (int64) overflows; 31 years is forever enough.
+  constexpr double kMaxSeconds = 1e9;
+  if (number * scale > kMaxSeconds) return false;
   *out = number * scale;
   return true;
 }

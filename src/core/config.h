@@ -31,7 +31,8 @@ int64_t get_int(const char* name);
 uint64_t get_bytes(const char* name);  // accepts K, M, G, T suffixes (powers of 1024)
 double get_seconds(const char* name);  // accepts s, ms, us, m suffixes; plain number = seconds
 
-// Parsers shared with the launcher's command line; false on a malformed value.
+// Parsers shared with the launcher's command line; false on a malformed value (and, for seconds,
+// on more than 1e9 s, which would overflow a deadline).
 bool parse_bytes(const std::string& text, uint64_t* out) noexcept;
 bool parse_seconds(const std::string& text, double* out) noexcept;
 

@@ -51,10 +51,12 @@ std::vector<char*> c_strings(const std::vector<std::string>& strings) {
   // Die with shmrun. Checking the parent afterwards closes the race with shmrun dying before
   // the prctl: we would have been re-parented already and no signal would ever come.
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(125);
-  // Each rank leads its own process group, so stopping a rank also stops what it started (a
-  // shell script's children, a data loader's workers), and a terminal's Ctrl-C reaches shmrun,
-  // which stops the ranks in order.
-  if (setpgid(0, 0) != 0) _exit(125);
+  // Each rank leads its own session and so its own process group, as torchrun's workers do:
+  // stopping a rank also stops what it started (a shell script's children, a data loader's
+  // workers), a terminal's Ctrl-C reaches shmrun, which stops the ranks in order, and a rank that
+  // reads the terminal (input(), a debugger) is not stopped by SIGTTIN as a background job of
+  // shmrun's session would be.
+  if (setsid() < 0) _exit(125);
 
   if (request.stdout_fd >= 0 && dup2(request.stdout_fd, STDOUT_FILENO) < 0) _exit(125);
   if (request.stderr_fd >= 0 && dup2(request.stderr_fd, STDERR_FILENO) < 0) _exit(125);

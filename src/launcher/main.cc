@@ -89,8 +89,13 @@ int run_job(const Options& options) {
     const AttemptResult result = group.run(restart);
     if (result.succeeded()) return 0;
     if (!result.root_cause) {
-      std::fprintf(stderr, "shmrun: received %s: stopped all %d ranks\n",
-                   signal_name(*result.signal).c_str(), plan.world_size);
+      if (result.stopped == plan.world_size) {
+        std::fprintf(stderr, "shmrun: received %s: stopped all %d ranks\n",
+                     signal_name(*result.signal).c_str(), plan.world_size);
+      } else {
+        std::fprintf(stderr, "shmrun: received %s: stopped %d of %d ranks (the others had ended)\n",
+                     signal_name(*result.signal).c_str(), result.stopped, plan.world_size);
+      }
       return 128 + *result.signal;
     }
     const RankExit& failed = *result.root_cause;

@@ -43,7 +43,8 @@ double seconds_value(const std::string& flag, const std::string& value, bool all
   double seconds = 0;
   if (!config::parse_seconds(value, &seconds) || (!allow_zero && seconds <= 0)) {
     invalid(flag, value,
-            allow_zero ? "seconds >= 0, e.g. 30, 1.5, 500ms" : "seconds > 0, e.g. 30, 1.5, 500ms");
+            allow_zero ? "seconds >= 0 and at most 1e9, e.g. 30, 1.5, 500ms"
+                       : "seconds > 0 and at most 1e9, e.g. 30, 1.5, 500ms");
   }
   return seconds;
 }

@@ -31,7 +31,7 @@ OutputRouting route_output(const Options& options, int local_rank) {
   return routing;
 }
 
-void write_all(int fd, std::string_view data) noexcept {
+int write_all(int fd, std::string_view data) noexcept {
   while (!data.empty()) {
     const ssize_t n = ::write(fd, data.data(), data.size());
     if (n > 0) {
@@ -42,16 +42,19 @@ void write_all(int fd, std::string_view data) noexcept {
     } else if (n < 0 && errno == EINTR) {
       continue;
     } else {
-      return;
+      return n < 0 ? errno : EIO;
     }
   }
+  return 0;
 }
 
-bool RankStream::drain(int fd) {
+bool RankStream::drain(int fd, size_t budget) {
   static thread_local char buffer[kReadChunk];
-  while (true) {
-    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+  size_t read_so_far = 0;
+  while (read_so_far < budget) {
+    const ssize_t n = ::read(fd, buffer, std::min(sizeof(buffer), budget - read_so_far));
     if (n > 0) {
+      read_so_far += static_cast<size_t>(n);
       feed(std::string_view(buffer, static_cast<size_t>(n)));
     } else if (n == 0) {
       return false;
@@ -61,6 +64,7 @@ bool RankStream::drain(int fd) {
       return errno == EAGAIN;  // any other error ends the stream too
     }
   }
+  return true;  // more may be there: the caller polls again
 }
 
 void RankStream::feed(std::string_view data) {
@@ -92,7 +96,7 @@ void RankStream::emit(std::string_view lines) {
   if (file_fd_ >= 0) write_all(file_fd_, lines);
   if (console_fd_ < 0) return;
   if (prefix_.empty()) {
-    write_all(console_fd_, lines);
+    write_console(lines);
     return;
   }
   std::string out;
@@ -104,7 +108,14 @@ void RankStream::emit(std::string_view lines) {
     out.append(lines.substr(start, end - start + 1));
     start = end + 1;
   }
-  write_all(console_fd_, out);
+  write_console(out);
+}
+
+void RankStream::write_console(std::string_view text) {
+  if (write_all(console_fd_, text) == EPIPE) {
+    console_gone_ = true;
+    console_fd_ = -1;
+  }
 }
 
 }  // namespace shmccl::launcher

@@ -86,6 +86,7 @@ class Supervisor {
     result.root_cause = root_cause_;
     result.others = others_;
     result.signal = signal_;
+    result.stopped = stopped_;
   }
 
  private:
@@ -97,7 +98,9 @@ class Supervisor {
     if (!pipe.read_end) return;
     pipe.poll = loop_.add_poll(pipe.read_end.get(), POLLIN, [this, &pipe](int) {
       pipe.poll = 0;
-      if (pipe.stream->drain(pipe.read_end.get())) {
+      const bool open = pipe.stream->drain(pipe.read_end.get(), kDrainPerWakeup);
+      if (pipe.stream->console_gone()) on_console_gone();
+      if (open) {
         arm_pipe(pipe);
       } else {
         close_pipe(pipe);
@@ -105,12 +108,24 @@ class Supervisor {
     });
   }
 
+  // shmrun's output goes to a reader that is gone (`shmrun ... | head`): as for a shell pipeline's
+  // writer, the job ends as if shmrun had received SIGPIPE (exit code 141), the ranks stopped.
+  void on_console_gone() {
+    if (signal_) return;
+    SHMCCL_INFO(kLaunch, "the console's reader is gone (EPIPE)");
+    signal_ = SIGPIPE;
+    begin_stop();
+  }
+
   void close_pipe(Pipe& pipe) {
     if (pipe.poll != 0) loop_.cancel(pipe.poll);
     pipe.poll = 0;
     if (pipe.read_end) {
-      // Whatever the rank wrote before it exited is in the pipe already.
-      pipe.stream->drain(pipe.read_end.get());
+      // Whatever the rank wrote before it exited is in the pipe already: one pipe's worth at
+      // most (more would be a process it started, still writing, which must not keep shmrun).
+      const int capacity = fcntl(pipe.read_end.get(), F_GETPIPE_SZ);
+      pipe.stream->drain(pipe.read_end.get(),
+                         capacity > 0 ? static_cast<size_t>(capacity) : kDrainPerWakeup);
       pipe.stream->finish();
       pipe.read_end.reset();
     }
@@ -220,6 +235,7 @@ class Supervisor {
     if (stopping_) return;
     if (awaiting_traces_) return end_trace_wait();
     stopping_ = true;
+    stopped_ = live_;
     if (live_ == 0) return;
     SHMCCL_INFO(kLaunch, "stopping ", live_, " ranks: SIGTERM, SIGKILL after ",
                 plan_.grace_period_s, " s");
@@ -291,6 +307,10 @@ class Supervisor {
   EventLoop loop_;  // its handlers point into ranks_, which outlive the supervisor
   int live_;
   bool stopping_ = false;
+  int stopped_ = 0;  // ranks still running when the stop began
+  // What one wake-up of a rank's pipe reads at most, so that a rank writing without pause leaves
+  // room for the other events (exits, signals, the other ranks' output).
+  static constexpr size_t kDrainPerWakeup = 256 * 1024;
   // The flight recorder wait after the first failure (see on_failure).
   static constexpr std::chrono::seconds kTraceWait{1};
   bool awaiting_traces_ = false;

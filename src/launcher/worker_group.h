@@ -21,6 +21,7 @@ struct AttemptResult {
   std::optional<RankExit> root_cause;  // the first rank that failed on its own
   std::vector<RankExit> others;        // every other rank that did not succeed
   std::optional<int> signal;           // a signal shmrun received during the attempt
+  int stopped = 0;                     // ranks still running when shmrun began stopping them
 
   bool succeeded() const { return !root_cause && !signal; }
 };

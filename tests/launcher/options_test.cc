@@ -100,6 +100,9 @@ TEST(Options, RejectsMalformedCommandLines) {
                                              {"--max-restarts", "", "p"},
                                              {"--monitor-interval", "0", "p"},
                                              {"--timeout", "forever", "p"},
+                                             {"--timeout", "1e10", "p"},  // overflows a deadline
+                                             {"--grace-period", "1e12", "p"},
+                                             {"--monitor-interval", "1e12", "p"},
                                              {"-r", "4", "p"},
                                              {"--tee", "0:1,x", "p"},
                                              {"--local-ranks-filter", "0,,1", "p"},

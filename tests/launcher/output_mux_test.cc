@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -10,6 +11,8 @@
 
 namespace shmccl::launcher {
 namespace {
+
+constexpr size_t kLots = 1 << 20;  // a drain budget no test reaches
 
 // A pipe the test feeds, and two memory files standing in for the console and the log file.
 struct Pipes {
@@ -45,13 +48,13 @@ TEST(RankStream, PrefixesCompleteLinesAndHoldsPartialOnes) {
   Pipes pipes;
   RankStream stream(pipes.console, "[rank3]:", pipes.file);
   pipes.write("one\ntw");
-  EXPECT_TRUE(stream.drain(pipes.source[0]));
+  EXPECT_TRUE(stream.drain(pipes.source[0], kLots));
   EXPECT_EQ(Pipes::take(pipes.console), "[rank3]:one\n");
   pipes.write("o\nthree");
-  EXPECT_TRUE(stream.drain(pipes.source[0]));
+  EXPECT_TRUE(stream.drain(pipes.source[0], kLots));
   close(pipes.source[1]);
   pipes.source[1] = -1;
-  EXPECT_FALSE(stream.drain(pipes.source[0])) << "end of file";
+  EXPECT_FALSE(stream.drain(pipes.source[0], kLots)) << "end of file";
   stream.finish();
   EXPECT_EQ(Pipes::take(pipes.console), "[rank3]:two\n[rank3]:three\n");
   EXPECT_EQ(Pipes::take(pipes.file), "one\ntwo\nthree\n") << "files get bare lines";
@@ -62,13 +65,44 @@ TEST(RankStream, CutsOverlongLines) {
   RankStream stream(pipes.console, "", -1);
   const std::string chunk(40 * 1024, 'x');
   pipes.write(chunk);
-  EXPECT_TRUE(stream.drain(pipes.source[0]));
+  EXPECT_TRUE(stream.drain(pipes.source[0], kLots));
   EXPECT_EQ(Pipes::take(pipes.console), "");
   pipes.write(chunk);
-  EXPECT_TRUE(stream.drain(pipes.source[0]));
+  EXPECT_TRUE(stream.drain(pipes.source[0], kLots));
   const std::string out = Pipes::take(pipes.console);
   EXPECT_EQ(out.size(), 80 * 1024 + 1);
   EXPECT_EQ(out.back(), '\n');
+}
+
+// A drain stops after its budget, with the rest still in the pipe for the next one: a rank that
+// writes without pause must not hold the supervisor's loop.
+TEST(RankStream, ADrainReadsNoMoreThanItsBudget) {
+  Pipes pipes;
+  RankStream stream(pipes.console, "", -1);
+  pipes.write(std::string(3000, 'a') + "\n" + std::string(3000, 'b') + "\n");
+  EXPECT_TRUE(stream.drain(pipes.source[0], 4000));
+  EXPECT_EQ(Pipes::take(pipes.console), std::string(3000, 'a') + "\n");
+  EXPECT_TRUE(stream.drain(pipes.source[0], 4000));
+  EXPECT_EQ(Pipes::take(pipes.console), std::string(3000, 'b') + "\n");
+}
+
+// A console whose reader is gone (EPIPE) is given up: the stream says so and writes it no more,
+// while the log file still gets every line.
+TEST(RankStream, AConsoleWhoseReaderIsGoneIsGivenUp) {
+  Pipes pipes;
+  int console[2];
+  ASSERT_EQ(pipe2(console, O_CLOEXEC), 0);
+  close(console[0]);  // the reader goes (shmrun ignores SIGPIPE: EPIPE instead)
+  signal(SIGPIPE, SIG_IGN);
+  RankStream stream(console[1], "[rank0]:", pipes.file);
+  EXPECT_FALSE(stream.console_gone());
+  pipes.write("one\ntwo\n");
+  EXPECT_TRUE(stream.drain(pipes.source[0], kLots));
+  EXPECT_TRUE(stream.console_gone());
+  pipes.write("three\n");
+  EXPECT_TRUE(stream.drain(pipes.source[0], kLots));
+  EXPECT_EQ(Pipes::take(pipes.file), "one\ntwo\nthree\n");
+  close(console[1]);
 }
 
 TEST(RouteOutput, CombinesRedirectsTeeLogDirAndFilter) {

@@ -68,6 +68,15 @@ TEST_P(EnvTest, EveryRankGetsTheLauncherVariables) {
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, EnvTest, ::testing::Values(2, 4));
 
+// Each rank leads its own session, as torchrun's workers do: a rank that reads the terminal is
+// not stopped by SIGTTIN as a background job of shmrun's session would be.
+TEST(Env, EveryRankLeadsItsOwnSession) {
+  const RunResult result = run_shmrun({"--nproc-per-node", "2", kWorker, "session"});
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(tokens_after(result.out, "session leader=").size(), 2u) << result.out;
+  EXPECT_EQ(result.out.find("session leader=0"), std::string::npos) << result.out;
+}
+
 TEST(Env, DefaultsMatchTorchrun) {
   const RunResult result = run_shmrun({kWorker, "env"}, {"SHMCCL_TIMEOUT=7"});
   ASSERT_EQ(result.exit_code, 0) << result.err;

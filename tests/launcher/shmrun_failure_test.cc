@@ -84,6 +84,33 @@ TEST(Failure, TheSummaryNamesLogAndTraceFiles) {
   EXPECT_NE(result.err.find("trace_file : /tmp/flight.0"), std::string::npos) << result.err;
 }
 
+// `shmrun ... | head`: once the reader of shmrun's stdout is gone, shmrun stops the ranks and
+// exits as a pipeline's writer does (128 + SIGPIPE), instead of running on with nowhere to write.
+TEST(Failure, AReaderOfTheOutputThatGoesAwayEndsTheJob) {
+  Shmrun shmrun({"-v", "--nproc-per-node", "2", kWorker, "flood", "-1"});
+  ASSERT_TRUE(shmrun.read_until([](const std::string& out) { return out.size() > 1000; }))
+      << shmrun.err();
+  shmrun.close_stdout();
+  const RunResult result = shmrun.wait();
+  EXPECT_EQ(result.exit_code, 128 + SIGPIPE) << result.err;
+  EXPECT_NE(result.err.find("shmrun: received SIGPIPE: stopped all 2 ranks"), std::string::npos)
+      << result.err;
+  expect_ranks_gone(result.err, 2);
+  expect_shm_clean(namespaces(result.err));
+}
+
+// A rank that writes without pause does not hold up the supervisor: the other rank's failure
+// ends the job at once (one drain of a pipe used to read until the pipe was empty, which a rank
+// writing without pause never lets it be).
+TEST(Failure, ARankWritingWithoutPauseDoesNotDelayAFailure) {
+  const auto start = std::chrono::steady_clock::now();
+  const RunResult result = run_shmrun({"-v", "--nproc-per-node", "2", kWorker, "flood", "1"});
+  EXPECT_EQ(result.exit_code, 3) << result.err;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  expect_ranks_gone(result.err, 2);
+  expect_shm_clean(namespaces(result.err));
+}
+
 class SignalToShmrun : public ::testing::TestWithParam<int> {};
 
 TEST_P(SignalToShmrun, StopsEveryRankAndExitsWith128PlusTheSignal) {

@@ -123,6 +123,12 @@ class Shmrun {
     return ready_pids(out).size() >= static_cast<size_t>(count);
   }
 
+  // Stops reading shmrun's stdout, as `head` does once it has its lines: its writes fail (EPIPE).
+  void close_stdout() {
+    if (out_fd_ >= 0) close(out_fd_);
+    out_fd_ = -1;
+  }
+
   void send(int signal_number) { ASSERT_EQ(kill(pid_, signal_number), 0); }
   // To shmrun and its ranks at once, like Ctrl-C in a terminal.
   void send_to_group(int signal_number) { ASSERT_EQ(kill(-pid_, signal_number), 0); }

@@ -128,6 +128,17 @@ int main(int argc, char** argv) {
       ++lines;
     return lines <= std::atoi(argv[3]) ? 1 : 0;
   }
+  if (mode == "session") {  // whether this rank leads its own session (no terminal's job control)
+    std::printf("session leader=%d\n", getsid(0) == getpid() ? 1 : 0);
+    return 0;
+  }
+  if (mode == "flood" && argc == 3) {  // rank argv[2] exits 3 at once; the others write forever
+    if (rank == std::atoi(argv[2])) return 3;
+    const std::string line(100, 'y');
+    while (std::puts(line.c_str()) >= 0) {
+    }
+    return 0;
+  }
   if (mode == "affinity") {
     cpu_set_t set;
     CPU_ZERO(&set);
