@@ -9,8 +9,9 @@
 namespace shmccl {
 
 // Reductions of torch.distributed.ReduceOp. For bool tensors SUM is logical or and PRODUCT
-// logical and (as c10d maps them); AVG on integers truncates toward zero. float16 and bfloat16
-// accumulate in float32.
+// logical and (as c10d maps them); AVG on integers truncates toward zero, and on bool is an
+// InvalidArgument ("Cannot use ReduceOp.AVG with boolean inputs", as torch). float16 and
+// bfloat16 accumulate in float32.
 enum class ReduceOp { SUM, PRODUCT, MIN, MAX, AVG };
 
 const char* reduce_op_name(ReduceOp op) noexcept;  // "sum", "product", "min", "max", "avg"

@@ -49,6 +49,12 @@ void check_defined(const Tensor& tensor, const char* op, const char* what) {
     throw_undefined(op, what);
 }
 
+// torch's check and text: the average of booleans is no boolean.
+void check_reduce_op(const OpPlan& plan) {
+  SHMCCL_CHECK_ARG(!(plan.reduce_op == ReduceOp::AVG && plan.dtype == kBool), plan.name,
+                   ": Cannot use ReduceOp.AVG with boolean inputs");
+}
+
 void check_same_type(const Tensor& output, const Tensor& input) {
   SHMCCL_CHECK_ARG(output.dtype() == input.dtype(),
                    "output tensor must have the same type as input tensor (output is ",
@@ -296,6 +302,7 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor_uneven(
                    output.size(0), " rows but its split size is ", mine);
   plan.dtype = input.dtype();
   plan.reduce_op = op;
+  check_reduce_op(plan);
   plan.row_elements = product_of_trailing(input.sizes());
   plan.borrow_input(input);
   plan.borrow_output(output);
@@ -348,6 +355,7 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor(Tensor& output, const 
     plan.splits[static_cast<size_t>(r)] = output.numel();
   plan.dtype = input.dtype();
   plan.reduce_op = op;
+  check_reduce_op(plan);
   plan.row_elements = 1;
   plan.borrow_input(input);  // (the executor reads only their bytes, whatever their shapes)
   plan.borrow_output(output);
@@ -392,6 +400,7 @@ std::shared_ptr<Work> ProcessGroup::all_reduce(Tensor& tensor, ReduceOp op, bool
   check_defined(tensor, plan.name, "input");
   plan.dtype = tensor.dtype();
   plan.reduce_op = op;
+  check_reduce_op(plan);
   plan.borrow_input(tensor);
   plan.borrow_output(tensor);
   return submit(*state_, plan, async_op);

@@ -59,6 +59,8 @@ JobInfo resolve_job(const InitOptions& options) {
   SHMCCL_CHECK_ARG(job.rank >= 0,
                    "init_process_group: no rank: pass InitOptions::rank or set "
                    "RANK (shmrun and torchrun do)");
+  SHMCCL_CHECK_ARG(job.world_size != 0,
+                   "init_process_group: world size 0: a group needs at least 1 rank");
   SHMCCL_CHECK_ARG(job.world_size >= 1,
                    "init_process_group: no world size: pass "
                    "InitOptions::world_size or set WORLD_SIZE");

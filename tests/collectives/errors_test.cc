@@ -98,6 +98,13 @@ TEST(CollectiveErrorsTest, ArgumentErrorsHaveTheReferenceTextsAndLeaveTheGroupUs
         require_error([&] { all_gather(too_few, input); }, "expected 2 output tensors");
         require_error([&] { new_group({0, 0}); }, "duplicate ranks");
         require_error([&] { group_from_comm_name("nope"); }, "unknown communicator name");
+        Tensor flags = zeros({4}, kBool).npu();  // torch's text
+        require_error([&] { all_reduce(flags, ReduceOp::AVG); },
+                      "Cannot use ReduceOp.AVG with boolean inputs");
+        Tensor flag_rows = zeros({2}, kBool).npu();
+        require_error(
+            [&] { reduce_scatter_tensor(flag_rows, zeros({4}, kBool).npu(), ReduceOp::AVG); },
+            "Cannot use ReduceOp.AVG with boolean inputs");
 
         // None of that consumed a collective: the group still works, as in the reference example.
         all_gather_into_tensor_uneven(output, input.fill_(ctx.rank + 1), {2, 3});
@@ -112,6 +119,11 @@ TEST(CollectiveErrorsTest, NotInitializedAndDoubleInit) {
   auto results = testing::run_ranks(1, [](const testing::RankContext& ctx) {
     Tensor t = zeros({2});
     require_error([&] { all_reduce(t); }, "not initialized");
+    InitOptions no_ranks;
+    no_ranks.rank = 0;
+    no_ranks.world_size = 0;
+    require_error([&] { init_process_group(no_ranks); },
+                  "world size 0: a group needs at least 1 rank");
     ctx.init();
     require_error([&] { ctx.init(); }, "already initialized");
     destroy_process_group();

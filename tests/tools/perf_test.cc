@@ -223,11 +223,21 @@ TEST_P(PerfGrid, PrintsACorrectTable) {
     sizes.push_back(size);
   const std::vector<std::string> redops =
       is_reducing(c.op) ? c.redops : std::vector<std::string>{"none"};
-  ASSERT_EQ(table.rows.size(), c.dtypes.size() * redops.size() * sizes.size()) << result.out;
+  // The average of booleans is refused (as torch does): no rows for it.
+  auto skipped = [](const std::string& dtype, const std::string& redop) {
+    return dtype == "bool" && redop == "avg";
+  };
+  size_t combinations = 0;
+  for (const std::string& dtype : c.dtypes) {
+    for (const std::string& redop : redops)
+      combinations += skipped(dtype, redop) ? 0 : 1;
+  }
+  ASSERT_EQ(table.rows.size(), combinations * sizes.size()) << result.out;
   size_t index = 0;
   double busbw_sum = 0;
   for (const std::string& dtype : c.dtypes) {
     for (const std::string& redop : redops) {
+      if (skipped(dtype, redop)) continue;
       for (int64_t size : sizes) {
         const Row& row = table.rows[index++];
         const int64_t count = expected_count(c.op, size, dtype, c.ranks);
