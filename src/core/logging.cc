@@ -14,6 +14,8 @@ namespace shmccl::log {
 namespace {
 
 std::atomic<int> g_rank{-1};
+std::atomic<LineSink> g_line_sink{nullptr};
+std::atomic<void*> g_line_sink_context{nullptr};
 
 Level parse_level(const char* text) {
   if (text == nullptr) return Level::kWarn;
@@ -128,11 +130,20 @@ void write(Level level, Subsys subsys, const std::string& message) noexcept {
     line += ' ';
     line += message;
     line += '\n';
+    if (const LineSink sink = g_line_sink.load(std::memory_order_acquire)) {
+      sink(g_line_sink_context.load(std::memory_order_relaxed), line);
+      return;
+    }
     // One write(2) so lines of concurrent threads and processes do not interleave.
     [[maybe_unused]] ssize_t written = ::write(STDERR_FILENO, line.data(), line.size());
   } catch (...) {
     // Logging never throws.
   }
+}
+
+void set_line_sink(LineSink sink, void* context) noexcept {
+  g_line_sink_context.store(context, std::memory_order_relaxed);
+  g_line_sink.store(sink, std::memory_order_release);
 }
 
 void set_rank(int rank) noexcept {

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "core/check.h"
 
@@ -49,6 +50,12 @@ void set_rank(int rank) noexcept;
 int rank() noexcept;
 // Re-reads SHMCCL_DEBUG / SHMCCL_DEBUG_SUBSYS (for tests).
 void reload() noexcept;
+
+// Where lines go instead of stderr (null: stderr). For shmrun, whose stderr also carries the
+// ranks' lines through a queue of its own: its log lines take the same queue, or they would cut
+// into a rank's line that the console took only part of. Set it while one thread logs.
+using LineSink = void (*)(void* context, std::string_view line);
+void set_line_sink(LineSink sink, void* context) noexcept;
 
 }  // namespace shmccl::log
 

@@ -94,9 +94,9 @@ void RankStream::finish() {
 
 void RankStream::emit(std::string_view lines) {
   if (file_fd_ >= 0) write_all(file_fd_, lines);
-  if (console_fd_ < 0) return;
+  if (console_ == nullptr) return;
   if (prefix_.empty()) {
-    write_console(lines);
+    console_->write(lines);
     return;
   }
   std::string out;
@@ -108,14 +108,7 @@ void RankStream::emit(std::string_view lines) {
     out.append(lines.substr(start, end - start + 1));
     start = end + 1;
   }
-  write_console(out);
-}
-
-void RankStream::write_console(std::string_view text) {
-  if (write_all(console_fd_, text) == EPIPE) {
-    console_gone_ = true;
-    console_fd_ = -1;
-  }
+  console_->write(out);
 }
 
 }  // namespace shmccl::launcher

@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "launcher/console_sink.h"
 #include "launcher/options.h"
 
 namespace shmccl::launcher {
@@ -27,35 +28,34 @@ OutputRouting route_output(const Options& options, int local_rank);
 
 class RankStream {
  public:
-  // `console_fd` -1: not shown; `file_fd` -1: not logged. Neither fd is owned.
-  RankStream(int console_fd, std::string prefix, int file_fd)
-      : console_fd_(console_fd), prefix_(std::move(prefix)), file_fd_(file_fd) {}
+  // `console` null: not shown; `file_fd` -1: not logged. Neither is owned.
+  RankStream(ConsoleSink* console, std::string prefix, int file_fd)
+      : console_(console), prefix_(std::move(prefix)), file_fd_(file_fd) {}
 
   // Reads `fd` (non-blocking) until it would block or `budget` bytes were read (a rank that
   // writes without pause must not keep the supervisor from its other events); false once it
   // reached end of file.
   bool drain(int fd, size_t budget);
   // A write to the console failed with EPIPE: whoever read shmrun's output is gone (`shmrun ... |
-  // head`). The console gets nothing more from this stream.
-  bool console_gone() const { return console_gone_; }
+  // head`). The console gets nothing more.
+  bool console_gone() const { return console_ != nullptr && console_->gone(); }
+  ConsoleSink* console() const { return console_; }
   // Writes the last partial line, if any, with a '\n'.
   void finish();
 
  private:
   void feed(std::string_view data);
   void emit(std::string_view lines_with_newlines);
-  void write_console(std::string_view text);
 
-  int console_fd_;
+  ConsoleSink* console_;
   std::string prefix_;
   int file_fd_;
   std::string partial_;  // the start of a line whose '\n' has not arrived yet
-  bool console_gone_ = false;
 };
 
-// write(2) until everything is written; waits out EAGAIN on a non-blocking fd. Returns 0, or the
-// errno of a write that failed (the rest of the data is dropped: rank output must never stop the
-// supervisor; EPIPE, the reader went away, is for the caller to act on).
+// write(2) until everything is written, for log files; waits out EAGAIN on a non-blocking fd.
+// Returns 0, or the errno of a write that failed (the rest of the data is dropped: rank output
+// must never stop the supervisor).
 int write_all(int fd, std::string_view data) noexcept;
 
 }  // namespace shmccl::launcher

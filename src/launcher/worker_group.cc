@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
 
 #include "core/check.h"
@@ -34,6 +35,14 @@ struct Pipe {
   FileDescriptor read_end;
   std::unique_ptr<RankStream> stream;
   EventLoop::OpId poll = 0;
+};
+
+// One of shmrun's console streams while the loop runs: its sink, the POLLOUT wait for its
+// backlog, and the pipes left unread while that backlog is large.
+struct Console {
+  ConsoleSink* sink = nullptr;
+  EventLoop::OpId poll = 0;
+  std::vector<Pipe*> paused;
 };
 
 struct Rank {
@@ -70,10 +79,23 @@ FileDescriptor open_log_file(const std::string& path, int restart_count) {
 // The state of one attempt while the loop runs.
 class Supervisor {
  public:
-  Supervisor(const LaunchPlan& plan, SignalWatcher& signals, std::vector<Rank>& ranks)
-      : plan_(plan), signals_(signals), ranks_(ranks), live_(static_cast<int>(ranks.size())) {}
+  Supervisor(const LaunchPlan& plan, SignalWatcher& signals, std::vector<Rank>& ranks,
+             std::initializer_list<ConsoleSink*> consoles)
+      : plan_(plan), signals_(signals), ranks_(ranks), live_(static_cast<int>(ranks.size())) {
+    for (ConsoleSink* sink : consoles)
+      consoles_.push_back(Console{sink, 0, {}});
+    // shmrun's own lines share stderr's queue with the ranks' (see log::set_line_sink).
+    log::set_line_sink(
+        [](void* sink, std::string_view line) { static_cast<ConsoleSink*>(sink)->write(line); },
+        consoles_.back().sink);
+  }
+  ~Supervisor() { log::set_line_sink(nullptr, nullptr); }
+  Supervisor(const Supervisor&) = delete;
+  Supervisor& operator=(const Supervisor&) = delete;
 
-  void supervise(AttemptResult& result) {
+  // Runs the attempt; `ranks_ended` runs once every rank has exited, before the wait for a slow
+  // console reader (the job's shared memory must not wait for a pager).
+  void supervise(AttemptResult& result, const std::function<void()>& ranks_ended) {
     for (Rank& rank : ranks_) {
       arm_exit(rank);
       arm_pipe(rank.out);
@@ -82,7 +104,20 @@ class Supervisor {
     arm_signals();
     if (plan_.verbose) arm_monitor();
     while (live_ > 0)
-      loop_.run_once();
+      run_once();
+    ranks_ended();
+    // The attempt ends when the console took the ranks' output (a slow reader still gets their
+    // last lines, which tell why a rank failed), or at once after a signal.
+    if (output_pending()) {
+      SHMCCL_INFO(kLaunch, "every rank ended; waiting for the console's reader to take ",
+                  pending_bytes(), " bytes");
+    }
+    while (output_pending())
+      run_once();
+    for (Console& console : consoles_) {
+      console.sink->flush();  // what the console takes now; a signal dropped the rest
+      console.sink->abandon();
+    }
     result.root_cause = root_cause_;
     result.others = others_;
     result.signal = signal_;
@@ -90,6 +125,13 @@ class Supervisor {
   }
 
  private:
+  // One turn of the loop; then whatever its handlers wrote to a console (the ranks' lines,
+  // shmrun's own) is looked after.
+  void run_once() {
+    loop_.run_once();
+    service_consoles();
+  }
+
   void arm_exit(Rank& rank) {
     loop_.add_poll(rank.child.pidfd(), POLLIN, [this, &rank](int) { on_exit(rank); });
   }
@@ -99,13 +141,72 @@ class Supervisor {
     pipe.poll = loop_.add_poll(pipe.read_end.get(), POLLIN, [this, &pipe](int) {
       pipe.poll = 0;
       const bool open = pipe.stream->drain(pipe.read_end.get(), kDrainPerWakeup);
-      if (pipe.stream->console_gone()) on_console_gone();
-      if (open) {
-        arm_pipe(pipe);
-      } else {
+      Console* console = console_of(pipe);
+      if (!open) {
         close_pipe(pipe);
+      } else if (console != nullptr && console->sink->backlog() >= kPauseAt) {
+        // The console's reader is behind: the rank waits in its own write until it catches up.
+        if (console->paused.empty()) {
+          SHMCCL_INFO(kLaunch, "the console's reader is behind (", console->sink->backlog(),
+                      " bytes wait): rank output is not read until it catches up");
+        }
+        console->paused.push_back(&pipe);
+      } else {
+        arm_pipe(pipe);
       }
     });
+  }
+
+  Console* console_of(const Pipe& pipe) {
+    for (Console& console : consoles_) {
+      if (console.sink == pipe.stream->console()) return &console;
+    }
+    return nullptr;
+  }
+
+  // After output reached a console: a reader gone ends the job; a backlog waits for POLLOUT.
+  // After a signal the job is ending: what the console does not take at once is dropped, and no
+  // rank waits for it.
+  void service_consoles() {
+    for (Console& console : consoles_) {
+      if (console.sink->gone()) on_console_gone();
+      if (signal_) console.sink->abandon();
+      if (console.sink->backlog() == 0 || console.sink->gone()) {
+        resume(console);
+      } else if (console.poll == 0) {
+        arm_console(console);
+      }
+    }
+  }
+
+  void arm_console(Console& console) {
+    console.poll = loop_.add_poll(console.sink->fd(), POLLOUT, [this, &console](int) {
+      console.poll = 0;
+      console.sink->flush();
+      if (console.sink->backlog() < kResumeAt) resume(console);
+    });
+  }
+
+  void resume(Console& console) {
+    for (Pipe* pipe : console.paused) {
+      if (pipe->read_end && pipe->poll == 0) arm_pipe(*pipe);
+    }
+    console.paused.clear();
+  }
+
+  size_t pending_bytes() const {
+    size_t bytes = 0;
+    for (const Console& console : consoles_)
+      bytes += console.sink->gone() ? 0 : console.sink->backlog();
+    return bytes;
+  }
+
+  bool output_pending() const {
+    if (signal_) return false;
+    for (const Console& console : consoles_) {
+      if (console.sink->backlog() > 0 && !console.sink->gone()) return true;
+    }
+    return false;
   }
 
   // shmrun's output goes to a reader that is gone (`shmrun ... | head`): as for a shell pipeline's
@@ -120,6 +221,8 @@ class Supervisor {
   void close_pipe(Pipe& pipe) {
     if (pipe.poll != 0) loop_.cancel(pipe.poll);
     pipe.poll = 0;
+    for (Console& console : consoles_)
+      std::erase(console.paused, &pipe);
     if (pipe.read_end) {
       // Whatever the rank wrote before it exited is in the pipe already: one pipe's worth at
       // most (more would be a process it started, still writing, which must not keep shmrun).
@@ -269,10 +372,10 @@ class Supervisor {
       if (rank.child.catches(SIGUSR1)) {
         rank.child.send_signal_to_rank(SIGUSR1);
       } else {
-        std::fprintf(stderr,
-                     "shmrun: rank %d (pid %d) does not handle SIGUSR1 (no process group yet?): "
-                     "not forwarded\n",
-                     rank.plan->rank, static_cast<int>(rank.child.pid()));
+        consoles_.back().sink->write("shmrun: rank " + std::to_string(rank.plan->rank) + " (pid " +
+                                     std::to_string(rank.child.pid()) +
+                                     ") does not handle SIGUSR1 (no process group yet?): "
+                                     "not forwarded\n");
       }
     }
   }
@@ -295,8 +398,13 @@ class Supervisor {
 
   void arm_monitor() {
     loop_.add_timeout(to_duration(plan_.monitor_interval_s), [this](int) {
-      SHMCCL_INFO(kLaunch, live_, " of ", ranks_.size(), " ranks running",
-                  stopping_ ? " (stopping)" : "");
+      if (live_ > 0) {
+        SHMCCL_INFO(kLaunch, live_, " of ", ranks_.size(), " ranks running",
+                    stopping_ ? " (stopping)" : "");
+      } else {
+        SHMCCL_INFO(kLaunch, "every rank ended; ", pending_bytes(),
+                    " bytes of output wait for the console's reader");
+      }
       arm_monitor();
     });
   }
@@ -311,6 +419,11 @@ class Supervisor {
   // What one wake-up of a rank's pipe reads at most, so that a rank writing without pause leaves
   // room for the other events (exits, signals, the other ranks' output).
   static constexpr size_t kDrainPerWakeup = 256 * 1024;
+  // A console backlog this large stops the reading of the pipes that feed it, until it is below
+  // kResumeAt: shmrun holds a slow reader's output in memory only so far.
+  static constexpr size_t kPauseAt = 1024 * 1024;
+  static constexpr size_t kResumeAt = 256 * 1024;
+  std::vector<Console> consoles_;
   // The flight recorder wait after the first failure (see on_failure).
   static constexpr std::chrono::seconds kTraceWait{1};
   bool awaiting_traces_ = false;
@@ -324,7 +437,8 @@ class Supervisor {
 };
 
 Rank start_rank(const LaunchPlan& plan, const RankPlan& rank_plan, int restart_count,
-                const JobNamespace& job_namespace) {
+                const JobNamespace& job_namespace, ConsoleSink& out_console,
+                ConsoleSink& err_console) {
   Rank rank;
   rank.plan = &rank_plan;
   if (!rank_plan.log_file.empty()) {
@@ -336,10 +450,10 @@ Rank start_rank(const LaunchPlan& plan, const RankPlan& rank_plan, int restart_c
   auto [out_read, out_write] = make_pipe();
   auto [err_read, err_write] = make_pipe();
   rank.out.read_end = std::move(out_read);
-  rank.out.stream = std::make_unique<RankStream>(console & kStdout ? STDOUT_FILENO : -1, prefix,
+  rank.out.stream = std::make_unique<RankStream>(console & kStdout ? &out_console : nullptr, prefix,
                                                  file & kStdout ? rank.log_file.get() : -1);
   rank.err.read_end = std::move(err_read);
-  rank.err.stream = std::make_unique<RankStream>(console & kStderr ? STDERR_FILENO : -1, prefix,
+  rank.err.stream = std::make_unique<RankStream>(console & kStderr ? &err_console : nullptr, prefix,
                                                  file & kStderr ? rank.log_file.get() : -1);
 
   SpawnRequest request;
@@ -369,16 +483,19 @@ AttemptResult WorkerGroup::run(int restart_count) {
   AttemptResult result;
 
   const auto start = Clock::now();
+  ConsoleSink out_console(STDOUT_FILENO), err_console(STDERR_FILENO);
   std::vector<Rank> ranks;  // declared after the namespace: ranks are reaped before removal
   ranks.reserve(plan_.ranks.size());  // never reallocated: the loop's handlers point into it
   for (const RankPlan& rank_plan : plan_.ranks) {
-    ranks.push_back(start_rank(plan_, rank_plan, restart_count, job_namespace));
+    ranks.push_back(
+        start_rank(plan_, rank_plan, restart_count, job_namespace, out_console, err_console));
   }
   SHMCCL_INFO(kLaunch, "started ", ranks.size(), " ranks in ",
               std::chrono::duration<double, std::milli>(Clock::now() - start).count(),
               " ms (restart ", restart_count, ", namespace ", job_namespace.name(), ")");
 
-  Supervisor(plan_, signals_, ranks).supervise(result);
+  Supervisor(plan_, signals_, ranks, {&out_console, &err_console})
+      .supervise(result, [&job_namespace] { job_namespace.remove_all(); });
   job_namespace.remove_all();
   return result;
 }

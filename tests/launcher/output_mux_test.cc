@@ -46,7 +46,8 @@ struct Pipes {
 
 TEST(RankStream, PrefixesCompleteLinesAndHoldsPartialOnes) {
   Pipes pipes;
-  RankStream stream(pipes.console, "[rank3]:", pipes.file);
+  ConsoleSink console(pipes.console);
+  RankStream stream(&console, "[rank3]:", pipes.file);
   pipes.write("one\ntw");
   EXPECT_TRUE(stream.drain(pipes.source[0], kLots));
   EXPECT_EQ(Pipes::take(pipes.console), "[rank3]:one\n");
@@ -62,7 +63,8 @@ TEST(RankStream, PrefixesCompleteLinesAndHoldsPartialOnes) {
 
 TEST(RankStream, CutsOverlongLines) {
   Pipes pipes;
-  RankStream stream(pipes.console, "", -1);
+  ConsoleSink console(pipes.console);
+  RankStream stream(&console, "", -1);
   const std::string chunk(40 * 1024, 'x');
   pipes.write(chunk);
   EXPECT_TRUE(stream.drain(pipes.source[0], kLots));
@@ -78,7 +80,8 @@ TEST(RankStream, CutsOverlongLines) {
 // writes without pause must not hold the supervisor's loop.
 TEST(RankStream, ADrainReadsNoMoreThanItsBudget) {
   Pipes pipes;
-  RankStream stream(pipes.console, "", -1);
+  ConsoleSink console(pipes.console);
+  RankStream stream(&console, "", -1);
   pipes.write(std::string(3000, 'a') + "\n" + std::string(3000, 'b') + "\n");
   EXPECT_TRUE(stream.drain(pipes.source[0], 4000));
   EXPECT_EQ(Pipes::take(pipes.console), std::string(3000, 'a') + "\n");
@@ -94,7 +97,8 @@ TEST(RankStream, AConsoleWhoseReaderIsGoneIsGivenUp) {
   ASSERT_EQ(pipe2(console, O_CLOEXEC), 0);
   close(console[0]);  // the reader goes (shmrun ignores SIGPIPE: EPIPE instead)
   signal(SIGPIPE, SIG_IGN);
-  RankStream stream(console[1], "[rank0]:", pipes.file);
+  ConsoleSink sink(console[1]);
+  RankStream stream(&sink, "[rank0]:", pipes.file);
   EXPECT_FALSE(stream.console_gone());
   pipes.write("one\ntwo\n");
   EXPECT_TRUE(stream.drain(pipes.source[0], kLots));

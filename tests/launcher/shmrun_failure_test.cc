@@ -111,6 +111,52 @@ TEST(Failure, ARankWritingWithoutPauseDoesNotDelayAFailure) {
   expect_shm_clean(namespaces(result.err));
 }
 
+// A reader of shmrun's stdout that stops reading without going away (a pager left unscrolled):
+// shmrun keeps what the console does not take and stops reading the ranks' output, but it still
+// hears signals and failures (a blocking write to the console used to hold it, signals blocked,
+// until the reader read again).
+bool console_paused(const std::string& err) {
+  return err.find("the console's reader is behind") != std::string::npos;
+}
+
+TEST(Failure, ASignalEndsAJobWhoseOutputReaderStalled) {
+  Shmrun shmrun({"-v", "--nproc-per-node", "2", kWorker, "flood", "-1"});
+  shmrun.stall_stdout();
+  ASSERT_TRUE(shmrun.read_err_until(console_paused)) << shmrun.err();
+  shmrun.send(SIGTERM);
+  const RunResult result = shmrun.wait();
+  EXPECT_EQ(result.exit_code, 128 + SIGTERM) << result.err;
+  EXPECT_NE(result.err.find("shmrun: received SIGTERM: stopped all 2 ranks"), std::string::npos)
+      << result.err;
+  expect_ranks_gone(result.err, 2);
+  expect_shm_clean(namespaces(result.err));
+}
+
+// A rank failing while the reader is stalled: shmrun stops the other ranks and removes the job's
+// shared memory at once; the ranks' last lines (why one failed) and the summary then wait for the
+// reader, as a pipeline's writer waits for a pager.
+TEST(Failure, ARankFailingWhileTheOutputReaderStalledStopsTheJobAndKeepsItsOutput) {
+  Shmrun shmrun({"-v", "--nproc-per-node", "2", kWorker, "flood-until-usr2", "1"});
+  shmrun.stall_stdout();
+  ASSERT_TRUE(shmrun.read_err_until([](const std::string& err) {
+    return console_paused(err) && err.find("waiting for SIGUSR2 rank=1") != std::string::npos;
+  })) << shmrun.err();
+  const std::vector<std::string> pid =
+      tokens_after(shmrun.err(), "waiting for SIGUSR2 rank=1 pid=");
+  ASSERT_EQ(pid.size(), 1u);
+  ASSERT_EQ(kill(std::stoi(pid[0]), SIGUSR2), 0);
+  ASSERT_TRUE(shmrun.read_err_until([](const std::string& err) {
+    return err.find("every rank ended; waiting for the console's reader") != std::string::npos;
+  })) << shmrun.err();
+  expect_ranks_gone(shmrun.err(), 2);
+  expect_shm_clean(namespaces(shmrun.err()));
+  shmrun.resume_stdout();
+  const RunResult result = shmrun.wait();
+  EXPECT_EQ(result.exit_code, 3) << result.err;
+  EXPECT_NE(result.err.find("rank       : 1"), std::string::npos) << result.err;
+  EXPECT_GT(result.out.size(), size_t{1} << 20) << "the output held back reached the reader";
+}
+
 class SignalToShmrun : public ::testing::TestWithParam<int> {};
 
 TEST_P(SignalToShmrun, StopsEveryRankAndExitsWith128PlusTheSignal) {

@@ -123,6 +123,19 @@ class Shmrun {
     return ready_pids(out).size() >= static_cast<size_t>(count);
   }
 
+  // Reads output until `done(stderr)` holds; false at the deadline or when shmrun exits first.
+  bool read_err_until(const std::function<bool(const std::string&)>& done) {
+    while (!done(err_)) {
+      if (!pump(/*want_exit=*/false)) return done(err_);
+    }
+    return true;
+  }
+
+  // Stops reading shmrun's stdout but keeps it open, as a pager left unscrolled does: shmrun's
+  // writes find the pipe full. resume_stdout() reads it again.
+  void stall_stdout() { stdout_stalled_ = true; }
+  void resume_stdout() { stdout_stalled_ = false; }
+
   // Stops reading shmrun's stdout, as `head` does once it has its lines: its writes fail (EPIPE).
   void close_stdout() {
     if (out_fd_ >= 0) close(out_fd_);
@@ -154,9 +167,10 @@ class Shmrun {
   bool pump(bool want_exit) {
     const auto remaining = kDeadline - (std::chrono::steady_clock::now() - start_);
     if (remaining <= std::chrono::seconds(0)) return false;
-    pollfd fds[3] = {{out_fd_, POLLIN, 0}, {err_fd_, POLLIN, 0}, {pidfd_, POLLIN, 0}};
-    if (out_fd_ < 0 && err_fd_ < 0 && exit_code_ >= 0) return false;
-    if (!want_exit && exit_code_ >= 0 && out_fd_ < 0) return false;
+    const int out_fd = stdout_stalled_ ? -1 : out_fd_;
+    pollfd fds[3] = {{out_fd, POLLIN, 0}, {err_fd_, POLLIN, 0}, {pidfd_, POLLIN, 0}};
+    if (out_fd < 0 && err_fd_ < 0 && exit_code_ >= 0) return false;
+    if (!want_exit && exit_code_ >= 0 && out_fd < 0) return false;
     const int ready =
         poll(fds, 3,
              static_cast<int>(
@@ -186,6 +200,7 @@ class Shmrun {
   pid_t pid_ = -1;
   int out_fd_ = -1, err_fd_ = -1, pidfd_ = -1;
   int exit_code_ = -1;
+  bool stdout_stalled_ = false;
   std::string out_, err_;
   std::chrono::steady_clock::time_point start_;
 };

@@ -49,27 +49,49 @@ class TempDir {
   std::string path_;
 };
 
+// Every "[rankR]:rank R <kind> I" line of `kRanks` ranks, whole, prefixed right, in order per rank.
+void expect_every_line(const std::string& text, const std::string& kind, int ranks, int lines) {
+  std::vector<int> next(ranks, 0);  // each rank's lines arrive in order
+  const std::string format = "[rank%d]:rank %d " + kind + " %d%n";
+  for (const std::string& text_line : rank_lines(text)) {
+    int prefix_rank = -1, rank = -1, index = -1, consumed = 0;
+    ASSERT_EQ(
+        std::sscanf(text_line.c_str(), format.c_str(), &prefix_rank, &rank, &index, &consumed), 3)
+        << "garbled line: " << text_line;
+    ASSERT_EQ(static_cast<size_t>(consumed), text_line.size()) << "garbled line: " << text_line;
+    ASSERT_TRUE(rank >= 0 && rank < ranks) << text_line;
+    EXPECT_EQ(prefix_rank, rank) << "prefix names the wrong rank: " << text_line;
+    ASSERT_EQ(index, next[rank]++) << text_line;
+  }
+  for (int rank = 0; rank < ranks; ++rank)
+    EXPECT_EQ(next[rank], lines) << kind;
+}
+
 TEST(Output, EveryLineOfEveryRankArrivesWholeAndPrefixed) {
   constexpr int kRanks = 4, kLines = 2000;
   const RunResult result = run_shmrun(
       {"-v", "--nproc-per-node", std::to_string(kRanks), kWorker, "lines", std::to_string(kLines)});
   ASSERT_EQ(result.exit_code, 0) << result.err;
-  for (const auto& [text, kind] : {std::pair{result.out, "line"}, std::pair{result.err, "err"}}) {
-    std::vector<int> next(kRanks, 0);  // each rank's lines arrive in order
-    const std::string format = std::string("[rank%d]:rank %d ") + kind + " %d%n";
-    for (const std::string& text_line : rank_lines(text)) {
-      int prefix_rank = -1, rank = -1, index = -1, consumed = 0;
-      ASSERT_EQ(
-          std::sscanf(text_line.c_str(), format.c_str(), &prefix_rank, &rank, &index, &consumed), 3)
-          << "garbled line: " << text_line;
-      ASSERT_EQ(static_cast<size_t>(consumed), text_line.size()) << "garbled line: " << text_line;
-      ASSERT_TRUE(rank >= 0 && rank < kRanks) << text_line;
-      EXPECT_EQ(prefix_rank, rank) << "prefix names the wrong rank: " << text_line;
-      EXPECT_EQ(index, next[rank]++) << text_line;
-    }
-    for (int rank = 0; rank < kRanks; ++rank)
-      EXPECT_EQ(next[rank], kLines) << kind;
-  }
+  expect_every_line(result.out, "line", kRanks, kLines);
+  expect_every_line(result.err, "err", kRanks, kLines);
+  expect_shm_clean(namespaces(result.err));
+}
+
+// A reader that stops reading for a while (a pager left unscrolled) holds the ranks up, not
+// shmrun's loop, and loses nothing: once it reads again every line arrives, whole and in order.
+TEST(Output, AStalledReaderGetsEveryLineOnceItReadsAgain) {
+  constexpr int kRanks = 2, kLines = 60000;  // ~2 MB on stdout: more than shmrun holds back
+  Shmrun shmrun(
+      {"-v", "--nproc-per-node", std::to_string(kRanks), kWorker, "lines", std::to_string(kLines)});
+  shmrun.stall_stdout();
+  ASSERT_TRUE(shmrun.read_err_until([](const std::string& err) {
+    return err.find("the console's reader is behind") != std::string::npos;
+  })) << shmrun.err();
+  shmrun.resume_stdout();
+  const RunResult result = shmrun.wait();
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  expect_every_line(result.out, "line", kRanks, kLines);
+  expect_every_line(result.err, "err", kRanks, kLines);
   expect_shm_clean(namespaces(result.err));
 }
 

@@ -12,6 +12,9 @@
 //   partial              print a line without its '\n'
 //   attempts FILE N      rank 0 appends to FILE and fails (exit 1) while FILE has <= N lines
 //   affinity             print "cpus=<list>" from sched_getaffinity
+//   flood RANK           rank RANK exits 3 at once; the others write lines without pause
+//   flood-until-usr2 RANK  rank RANK says so on stderr and exits 3 once it receives SIGUSR2;
+//                        the others write lines without pause
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
@@ -134,6 +137,23 @@ int main(int argc, char** argv) {
   }
   if (mode == "flood" && argc == 3) {  // rank argv[2] exits 3 at once; the others write forever
     if (rank == std::atoi(argv[2])) return 3;
+    const std::string line(100, 'y');
+    while (std::puts(line.c_str()) >= 0) {
+    }
+    return 0;
+  }
+  if (mode == "flood-until-usr2" && argc == 3) {
+    if (rank == std::atoi(argv[2])) {
+      sigset_t usr2;
+      sigemptyset(&usr2);
+      sigaddset(&usr2, SIGUSR2);
+      sigprocmask(SIG_BLOCK, &usr2, nullptr);
+      std::fprintf(stderr, "waiting for SIGUSR2 rank=%d pid=%d\n", rank,
+                   static_cast<int>(getpid()));
+      int received = 0;
+      sigwait(&usr2, &received);
+      return 3;
+    }
     const std::string line(100, 'y');
     while (std::puts(line.c_str()) >= 0) {
     }
