@@ -425,21 +425,73 @@ RemoteError mismatch(const char* call, int rank, const OpDescriptor& mine, int p
 // it arrived (waiting for this late rank, say) gave up on it before its caller saw the
 // TimeoutError and may have freed or reused them, so the call fails here too, naming it. (Inline
 // calls carry their data in the control block: their late ranks complete them.) A rank departs
-// right after it gives up, so while nobody departed this is one load; a give-up racing with this
-// check is not caught.
+// right after it gives up (a seq_cst increment of the header's `departures`), so while nobody
+// departed this is one load.
 void throw_if_a_peer_timed_out(const transport::GroupTransport& transport, const OpPlan& plan) {
-  const uint64_t sequence = plan.sequence;
-  const int peer = transport.first_departed([sequence](const transport::RankSlot& slot) {
-    return transport::gave_up_on(slot, sequence) &&
-           slot.failure_kind == static_cast<uint32_t>(transport::FailureKind::kTimeout);
-  });
-  if (peer < 0) [[likely]]
+  if (transport.header().departures.load(std::memory_order_seq_cst) == 0) [[likely]]
     return;
-  throw TimeoutError(detail::concat("in ", plan.name, " (sequence ", sequence, "): rank ", peer,
-                                    " (pid ", transport.peer_pid(peer),
-                                    ") gave up on the call before this rank came, and its tensors "
-                                    "may be reused: ",
-                                    transport::failure_text(transport.slot(peer))));
+  const uint32_t sequence = static_cast<uint32_t>(plan.sequence);
+  for (int peer = 0; peer < transport.size(); ++peer) {
+    const transport::RankSlot& slot = transport.slot(peer);
+    if (peer == transport.rank() || slot.gave_up.load(std::memory_order_acquire) != sequence ||
+        !transport::timed_out(slot)) {
+      continue;
+    }
+    throw TimeoutError(detail::concat("in ", plan.name, " (sequence ", plan.sequence, "): rank ",
+                                      peer, " (pid ", transport.peer_pid(peer),
+                                      ") gave up on the call before this rank came, and its "
+                                      "tensors may be reused: ",
+                                      transport::failure_text(slot)));
+  }
+}
+
+// The work pool's entry. The store, then the check above, pair with a peer's give-up, then its
+// look at the ranks inside (wait_for_peers_in_zero_copy): of a rank entering and a peer giving
+// up at the same moment, at least one sees the other (both sides seq_cst: Dekker's pattern).
+void enter_zero_copy(transport::GroupTransport& transport, const OpPlan& plan) {
+  transport.slot(transport.rank())
+      .zero_copy_entered.store(static_cast<uint32_t>(plan.sequence), std::memory_order_seq_cst);
+  throw_if_a_peer_timed_out(transport, plan);
+}
+
+// This rank timed out on collective `sequence` before its own zero-copy phase and has given up
+// and departed. A peer that entered that phase before the give-up reached it (a late rank
+// arriving in the very moment of the timeout) reads and writes this rank's tensors: the caller
+// gets the error, and may reuse them, only once every such peer is out (its share of the pool
+// done, or it gave up too, or it died). Bounded by the group's timeout; a peer that stalls in
+// there longer is logged.
+void wait_for_peers_in_zero_copy(detail::GroupState& state, uint64_t sequence) {
+  transport::GroupTransport& transport = state.transport();
+  const uint32_t low = static_cast<uint32_t>(sequence);
+  auto inside = [&](int peer) {
+    const transport::RankSlot& slot = transport.slot(peer);
+    return slot.zero_copy_entered.load(std::memory_order_seq_cst) == low &&
+           slot.pool_finished.load(std::memory_order_acquire) != sequence &&
+           slot.gave_up.load(std::memory_order_acquire) != low;
+  };
+  auto none_inside = [&] {
+    for (int peer = 0; peer < transport.size(); ++peer) {
+      if (peer != transport.rank() && inside(peer)) return false;
+    }
+    return true;
+  };
+  if (none_inside()) [[likely]]
+    return;
+  SHMCCL_INFO(kColl, "group ", state.comm_name(), ": collective ", sequence,
+              " timed out as a peer entered it; waiting for the peers in its tensors");
+  try {
+    transport.wait_until(none_inside, state.timeout(), [&] {
+      std::string ranks;
+      for (int peer = 0; peer < transport.size(); ++peer) {
+        if (peer != transport.rank() && inside(peer))
+          ranks += (ranks.empty() ? "" : ",") + std::to_string(peer);
+      }
+      return detail::concat("after timing out in collective ", sequence, ": ranks ", ranks,
+                            " are still in this rank's tensors");
+    });
+  } catch (const std::exception& error) {  // a peer died (it touches nothing now), or a timeout
+    SHMCCL_WARN(kColl, "group ", state.comm_name(), ": ", error.what());
+  }
 }
 
 // A barrier's wait for every arrival. When ranks outnumber cores the other ranks also wait for
@@ -726,7 +778,6 @@ void run(detail::GroupState& state, const OpPlan& plan) {
   }
   // Work-pool collectives are long enough to afford precise times.
   if (trace != nullptr && !plan.async_op) trace->started(sequence);
-  if (!pulling) throw_if_a_peer_timed_out(transport, plan);
   if (pulling) {
     if (rank == plan.root) {
       fault::point(fault::Point::kMidCopy, me, sequence);  // (it copies nothing)
@@ -751,8 +802,10 @@ void run(detail::GroupState& state, const OpPlan& plan) {
       }
     }
   } else if (uses_host_pipeline(context)) {
+    throw_if_a_peer_timed_out(transport, plan);
     run_host_pipeline(state, context, timeout);
   } else {
+    enter_zero_copy(transport, plan);
     run_pool(state, context, algorithm, timeout);
   }
   fault::point(fault::Point::kAfterCopy, me, sequence);
@@ -783,16 +836,24 @@ void execute(detail::GroupState& state, const OpPlan& plan) {
     run(state, plan);
   } catch (const std::exception& error) {  // shmccl::Error, and std::bad_alloc and the like
     transport::GroupTransport& transport = state.transport();
-    transport::give_up(mine, plan.sequence, error.what(),
-                       dynamic_cast<const TimeoutError*>(&error) != nullptr
-                           ? transport::FailureKind::kTimeout
-                           : transport::FailureKind::kRemote);
+    const bool timed_out = dynamic_cast<const TimeoutError*>(&error) != nullptr;
+    if (timed_out) fault::point(fault::Point::kTimedOut, global_rank(state), plan.sequence);
+    transport::give_up(
+        mine, plan.sequence, error.what(),
+        timed_out ? transport::FailureKind::kTimeout : transport::FailureKind::kRemote);
     record_failure();
     if (state.mark_failed(error.what())) {
       // This rank runs no more collectives on the group: its peers must not wait for it (in
       // this call too, if it never arrived).
       const bool arrived = transport::arrived_at(mine, plan.sequence);
       transport.depart(arrived ? plan.sequence + 1 : plan.sequence);
+      fault::point(fault::Point::kGaveUp, global_rank(state), plan.sequence);
+      // (A rank that timed out inside the pool was there with its peers: see docs/errors.md.)
+      if (timed_out && arrived &&
+          mine.zero_copy_entered.load(std::memory_order_relaxed) !=
+              static_cast<uint32_t>(plan.sequence)) {
+        wait_for_peers_in_zero_copy(state, plan.sequence);
+      }
       SHMCCL_WARN(kColl, "group ", state.comm_name(), ": ", error.what());
       FlightRecorder::instance().dump(
           detail::concat("group ", state.comm_name(), ": ", error.what()), DumpTrigger::kFailure);

@@ -29,11 +29,15 @@ constexpr struct {
     {Point::kAfterCopy, "after_copy"},
     {Point::kRendezvous, "rendezvous"},
     {Point::kBarrier, "barrier"},
+    {Point::kTimedOut, "timed_out"},
+    {Point::kGaveUp, "gave_up"},
 };
 
 std::mutex g_mutex;
 Spec g_spec;  // guarded by g_mutex
 std::atomic<bool> g_fired{false};
+std::atomic<bool> g_spec_armed{false};
+std::atomic<Hook> g_hook{nullptr};
 
 std::vector<std::string> split(const std::string& text, char separator) {
   std::vector<std::string> parts(1);
@@ -87,6 +91,8 @@ namespace detail {
 std::atomic<bool> g_armed{false};
 
 void reached(Point point, int rank, uint64_t sequence, bool barrier) {
+  if (const Hook hook = g_hook.load(std::memory_order_acquire)) hook(point, sequence);
+  if (!g_spec_armed.load(std::memory_order_acquire)) return;
   Spec spec;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
@@ -144,7 +150,7 @@ Spec parse(const std::string& text) {
   }
   SHMCCL_CHECK_ARG(known, "SHMCCL_FAULT='", text, "': unknown point '", parts[0],
                    "' (before_arrival, after_arrival, before_copy, mid_copy, after_copy, "
-                   "rendezvous, barrier)");
+                   "rendezvous, barrier, timed_out, gave_up)");
   uint64_t rank = 0;
   SHMCCL_CHECK_ARG(parse_number(parts[1], &rank) && rank < (1u << 20), "SHMCCL_FAULT='", text,
                    "': '", parts[1], "' is not a rank");
@@ -176,7 +182,8 @@ Spec parse(const std::string& text) {
 void configure() {
   const std::string text = config::get_string("SHMCCL_FAULT");
   if (text.empty()) {
-    detail::g_armed.store(false);
+    g_spec_armed.store(false);
+    detail::g_armed.store(g_hook.load() != nullptr);
     return;
   }
   SHMCCL_CHECK_ARG(compiled_in(),
@@ -188,10 +195,18 @@ void configure() {
     g_spec = spec;
   }
   g_fired.store(false);
+  g_spec_armed.store(true);
   detail::g_armed.store(true);
   SHMCCL_INFO(kColl, "fault injection armed: ", action_name(spec.action), " at ",
               point_name(spec.point), " on rank ", spec.rank,
               spec.sequence ? shmccl::detail::concat(", sequence ", spec.sequence) : "");
+}
+
+void set_hook(Hook hook) {
+  SHMCCL_CHECK_ARG(hook == nullptr || compiled_in(),
+                   "fault::set_hook: this build of shmccl has no fault injection");
+  g_hook.store(hook, std::memory_order_release);
+  detail::g_armed.store(hook != nullptr || g_spec_armed.load());
 }
 
 }  // namespace shmccl::collectives::fault

@@ -17,6 +17,9 @@
 //   rendezvous      group creation: attached to the control block, before waiting for the
 //                   others; <sequence> counts group creations (1: the default group)
 //   barrier         as before_arrival, in barriers only
+//   timed_out       a wait of the collective timed out, before this rank gives up on the call
+//   gave_up         this rank gave up on the failed call and departed, before its caller sees
+//                   the error (and before it waits for peers still in its tensors)
 //
 // Compiled in when SHMCCL_FAULT_INJECTION is on (CMake; default: on with the tests). A point then
 // costs one relaxed load of a global flag and a predicted branch; without it, nothing.
@@ -41,6 +44,8 @@ enum class Point : uint8_t {
   kAfterCopy,
   kRendezvous,
   kBarrier,
+  kTimedOut,
+  kGaveUp,
 };
 
 enum class Action : uint8_t { kKill, kStall, kExit, kStop, kBadAlloc };
@@ -61,6 +66,11 @@ const char* action_name(Action action);
 
 // Reads SHMCCL_FAULT (init_process_group calls it; tests may call it again after a change).
 void configure();
+
+// For tests that stage an interleaving of ranks: `hook` runs at every point this process
+// reaches (null: none), before SHMCCL_FAULT's action. Set it before the collectives run.
+using Hook = void (*)(Point point, uint64_t sequence);
+void set_hook(Hook hook);
 
 namespace detail {
 extern std::atomic<bool> g_armed;  // relaxed: a plain load on x86

@@ -60,7 +60,7 @@ inline constexpr int kCallRing = 64;
 inline constexpr size_t kSmallInlineBytes = 2 * 1024;
 inline constexpr int kInlineRing = 8;
 inline constexpr uint64_t kControlMagic = 0x73686d63636c4342ull;  // "shmcclCB"
-inline constexpr uint32_t kControlVersion = 15;
+inline constexpr uint32_t kControlVersion = 16;
 
 // The slot entry of collective `sequence`, and its inline area.
 inline constexpr int ring_entry(uint64_t sequence) {
@@ -193,6 +193,7 @@ struct alignas(kCacheLine) RankSlot {
   // (stored at its first claim): with `pool_finished` and `departed_at`, a peer tells a rank
   // that failed the call holding unfinished chunks, which no one else will finish.
   std::atomic<uint32_t> pool_claimed;
+
   // This rank's place among the group's departures (1 for the first), written before
   // departed_at: a rank that failed because another departed names that one, not itself.
   std::atomic<uint32_t> departure_order;
@@ -208,6 +209,11 @@ struct alignas(kCacheLine) RankSlot {
   // ran on, and the shared wait it is in (0: none). Written by the owner, read as a hint only.
   alignas(kCacheLine) std::atomic<uint32_t> wait_cpu;
   std::atomic<uint64_t> waits_in;
+  // The low 32 bits of the last collective whose zero-copy phase (the work pool, where ranks read
+  // and write each other's tensors) this rank entered: stored before it checks whether a peer
+  // gave up on the call, so that a peer giving up at that moment sees it and waits until the
+  // rank is out of its tensors (pool_finished) before its caller may reuse them (executor.cc).
+  std::atomic<uint32_t> zero_copy_entered;
   // The work pool's chunks of this rank's stripe taken so far, over all collectives (taken by
   // this rank first, then by any rank that has finished its own).
   alignas(kCacheLine) std::atomic<uint64_t> stripe_claimed;

@@ -28,6 +28,7 @@ namespace {
 using testing::require;
 using testing::seconds_since;
 using testing::str;
+namespace fault = collectives::fault;
 
 constexpr int64_t kTimeoutMs = 60000;
 constexpr double kBoundSeconds = 5.0;
@@ -37,6 +38,9 @@ struct Shared {
   const testing::TokenPipe reported;  // a survivor has its error
   const testing::TokenPipe step;      // a case's own ordering
   testing::SurvivorBarrier survivors;
+  // Staged interleavings (fault::set_hook): a rank has timed out, a rank is in the work pool, a
+  // rank has given up.
+  const testing::TokenPipe timed_out, in_pool, gave_up;
 };
 
 // Runs `body` on every rank at 2, 3, 4 and 8 ranks, once it joined the group (with SHMCCL_FAULT
@@ -220,6 +224,86 @@ TEST(DepartureTest, ALateRankLeavesTheTensorsOfAPeerThatTimedOutAlone) {
                            {"rank 0 (pid ", "gave up on the call before this rank came",
                             "timed out in all_reduce (sequence 2"},
                            ctx, shared, /*timeout=*/true);
+  });
+}
+
+// The moment of a timeout itself: rank 0 times out on a 1 MiB all-reduce (the work pool) just as
+// the late rank comes. Staged with fault hooks: rank 0 stops between its timeout and its give-up
+// until the late rank has passed its check and is copying in the pool, and the late rank then
+// stops until rank 0 has given up. The late rank reads and writes rank 0's tensor, so rank 0's
+// caller gets the TimeoutError only once the late rank is out of it: the tensor then holds the
+// whole sum, and the -5 its caller writes stays (it returned while the late rank was still
+// copying, and the copy overwrote the -5, before rank 0 waited for the ranks in its tensors).
+// The late rank completes the all-reduce (it passed the check); the ranks between complete it or
+// fail it naming rank 0, whichever side of the give-up their check fell on; everyone's next call
+// names rank 0.
+namespace staged {
+const Shared* g_shared = nullptr;
+bool g_timer = false;  // rank 0: the rank that times out
+
+void hook(fault::Point point, uint64_t sequence) {
+  if (sequence != 2) return;
+  if (g_timer && point == fault::Point::kTimedOut) {
+    g_shared->timed_out.post(1);
+    require(g_shared->in_pool.wait(1), "the late rank did not enter the pool");
+  } else if (g_timer && point == fault::Point::kGaveUp) {
+    g_shared->gave_up.post(1);
+  } else if (!g_timer && point == fault::Point::kMidCopy) {
+    g_shared->in_pool.post(1);
+    require(g_shared->gave_up.wait(1), "rank 0 did not give up");
+  }
+}
+}  // namespace staged
+
+TEST(DepartureTest, APeerTimingOutAsTheLateRankEntersWaitsForItToLeaveItsTensors) {
+  if (!fault::compiled_in()) GTEST_SKIP() << "no fault injection in this build";
+  run_at_every_size([](const testing::RankContext& ctx, Tensor&, Shared& shared) {
+    constexpr int64_t kElements = 1 << 18;
+    const int late = ctx.world - 1;
+    const std::vector<int32_t> sum(kElements, ctx.world * (ctx.world + 1) / 2);
+    Tensor tensor = full({kElements}, ctx.rank + 1, kInt32).npu();
+    staged::g_shared = &shared;
+    staged::g_timer = ctx.rank == 0;
+    if (ctx.rank == 0 || ctx.rank == late) fault::set_hook(staged::hook);
+    if (ctx.rank == 0) {
+      default_group()->set_timeout(std::chrono::milliseconds(300));
+      try {
+        all_reduce(tensor);
+        throw testing::RequirementFailed("rank 0 went on without the late rank");
+      } catch (const TimeoutError&) {
+      }
+      require(tensor.cpu().to_vector<int32_t>() == sum,
+              "rank 0's caller got its TimeoutError while a peer still wrote its tensor");
+      tensor.fill_(-5);
+      outlive_the_survivors(ctx, shared);
+      require(tensor.cpu().to_vector<int32_t>() == std::vector<int32_t>(kElements, -5),
+              "a peer wrote into the tensor of the rank that timed out after it returned");
+      return;
+    }
+    if (ctx.rank == late) require(shared.timed_out.wait(1), "rank 0 did not time out");
+    bool completed = false;
+    std::string error_text;
+    try {
+      all_reduce(tensor);
+      completed = true;
+    } catch (const TimeoutError& error) {
+      error_text = error.what();
+    }
+    if (completed) {
+      require(tensor.cpu().to_vector<int32_t>() == sum,
+              "the all-reduce rank 0 gave up on is wrong");
+      expect_departure_named(
+          [] { barrier(); },
+          {"rank 0 (pid ", "failed collective 2", "timed out in all_reduce (sequence 2"}, ctx,
+          shared, /*timeout=*/true);
+      return;
+    }
+    shared.reported.post(1);
+    shared.survivors.arrive_and_wait(ctx.world - 1);
+    require(ctx.rank != late,
+            str("the late rank was stopped after it passed its check: ", error_text));
+    require(error_text.find("gave up on the call before this rank came") != std::string::npos,
+            error_text);
   });
 }
 
