@@ -13,6 +13,7 @@
 #include <cstring>
 #include <set>
 
+#include "core/config.h"
 #include "core/file_descriptor.h"
 #include "launcher/child_process.h"
 #include "launcher/job_namespace.h"
@@ -103,6 +104,18 @@ LaunchPlan make_launch_plan(const Options& options, std::vector<std::string>* wa
   plan.max_restarts = options.max_restarts;
   plan.timeout = options.timeout;
   plan.grace_period_s = options.grace_period_s;
+  if (const char* shutdown = std::getenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
+      shutdown != nullptr && !options.grace_period_given) {
+    // torchrun's default for --shutdown-timeout.
+    double seconds = 0;
+    if (!config::parse_seconds(shutdown, &seconds)) {
+      throw LaunchError("TORCH_ELASTIC_SHUTDOWN_TIMEOUT='" + std::string(shutdown) +
+                            "' is not a duration (seconds >= 0, e.g. 30, 1.5, 500ms)",
+                        2);
+    }
+    plan.grace_period_s = seconds;
+  }
+  plan.role = options.role;
   plan.monitor_interval_s = options.monitor_interval_s;
   plan.prefix = options.prefix;
   plan.verbose = options.verbose;
@@ -164,7 +177,7 @@ std::vector<std::string> LaunchPlan::rank_env(int rank, int restart_count,
   set("GROUP_WORLD_SIZE", "1");
   set("ROLE_RANK", std::to_string(rank));
   set("ROLE_WORLD_SIZE", world);
-  set("ROLE_NAME", "default");
+  set("ROLE_NAME", role);
   set("MASTER_ADDR", master_addr);
   set("MASTER_PORT", std::to_string(master_port));
   set("TORCHELASTIC_RESTART_COUNT", std::to_string(restart_count));

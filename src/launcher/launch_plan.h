@@ -32,6 +32,7 @@ struct LaunchPlan {
 
   int world_size = 1;
   std::string run_id = "none";
+  std::string role = "default";  // ROLE_NAME
   std::string master_addr;
   int master_port = 29500;
   int max_restarts = 0;

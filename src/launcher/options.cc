@@ -167,10 +167,33 @@ const std::vector<Flag>& flags() {
        [](Options& o, const std::string& f, const std::string& v) {
          o.monitor_interval_s = seconds_value(f, v, false);
        }},
-      {{"grace-period", "stop-timeout"},
+      {{"grace-period", "stop-timeout", "shutdown-timeout"},
        true,
        [](Options& o, const std::string& f, const std::string& v) {
          o.grace_period_s = seconds_value(f, v, true);
+         o.grace_period_given = true;
+       }},
+      {{"role"},
+       true,
+       [](Options& o, const std::string& f, const std::string& v) {
+         if (v.empty()) invalid(f, v, "a role name");
+         o.role = v;
+       }},
+      {{"start-method"},
+       true,
+       [](Options&, const std::string& f, const std::string& v) {
+         // torchrun's choice of Python multiprocessing start method. Each rank here is a program
+         // of its own, started with fork and exec: every choice starts it the same way.
+         if (v != "spawn" && v != "fork" && v != "forkserver") {
+           invalid(f, v, "spawn, fork or forkserver");
+         }
+       }},
+      {{"local-addr"},
+       true,
+       [](Options&, const std::string& f, const std::string& v) {
+         // The address torchrun's rendezvous advertises for this node; on one host the ranks
+         // meet in shared memory and no address is used.
+         if (v.empty()) invalid(f, v, "a host name or address");
        }},
       {{"timeout"},
        true,
@@ -227,6 +250,13 @@ const std::vector<Flag>& flags() {
        false,
        [](Options&, auto&, auto&) {
          throw UsageError("shmrun runs executables, not Python modules: drop -m/--module");
+       }},
+      {{"run-path"},
+       false,
+       [](Options&, auto&, auto&) {
+         throw UsageError(
+             "shmrun runs executables, not Python scripts in its own interpreter: drop "
+             "--run-path");
        }},
       {{"verbose", "v"}, false, [](Options& o, auto&, auto&) { o.verbose = true; }},
       {{"help", "h"}, false, [](Options& o, auto&, auto&) { o.mode = Mode::kHelp; }},
@@ -326,12 +356,17 @@ Ranks:
   --rdzv-id, --run-id ID    job id (TORCHELASTIC_RUN_ID, SHMCCL_JOB_ID) [none]
   --standalone              random job id and a free master port
   --rdzv-endpoint HOST:PORT sets the master address and port; --rdzv-backend is ignored
+  --role NAME               ROLE_NAME given to the ranks [default]
   --timeout SECONDS         collective timeout given to the ranks (SHMCCL_TIMEOUT)
+  --start-method spawn|fork|forkserver, --local-addr ADDR
+                            accepted as torchrun does; each rank is a program of its own and
+                            the ranks of one host need no address
 
 Supervision:
   --max-restarts K          restart the whole group up to K times after a failure [0]
-  --grace-period, --stop-timeout SECONDS
-                            time between SIGTERM and SIGKILL when stopping ranks [5]
+  --grace-period, --stop-timeout, --shutdown-timeout SECONDS
+                            time between SIGTERM and SIGKILL when stopping ranks
+                            [$TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 5]
   --monitor-interval SECONDS
                             interval of the status line logged with -v [5]
 

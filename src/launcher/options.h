@@ -44,11 +44,13 @@ struct Options {
   std::optional<int> master_port;     // unset: 29500, or a free port with --standalone
   std::optional<std::string> run_id;  // --rdzv-id / --run-id
   bool standalone = false;
+  std::string role = "default";  // --role: ROLE_NAME of the ranks
 
   // Supervision.
   int max_restarts = 0;
   double monitor_interval_s = 5.0;
   double grace_period_s = 5.0;
+  bool grace_period_given = false;  // else TORCH_ELASTIC_SHUTDOWN_TIMEOUT may set it (launch plan)
   std::optional<std::string> timeout;  // --timeout, normalized to seconds, for SHMCCL_TIMEOUT
 
   // Output.

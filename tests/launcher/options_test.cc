@@ -71,6 +71,22 @@ TEST(Options, ParsesEverySetting) {
   EXPECT_EQ(options.numa, NumaMode::kCore);
   EXPECT_EQ(parse({"--run-id", "other", "p"}).run_id, "other");
   EXPECT_EQ(parse({"--stop-timeout=0", "p"}).grace_period_s, 0);
+  EXPECT_TRUE(options.grace_period_given) << "--grace-period was given";
+  EXPECT_FALSE(parse({"p"}).grace_period_given);
+}
+
+// The options of a torchrun command line that have no work to do on one host, or a torchrun name
+// for one of shmrun's.
+TEST(Options, AcceptsTheRestOfTorchrunsOptions) {
+  const Options options = parse({"--role", "trainer", "--start_method=forkserver", "--local-addr",
+                                 "10.0.0.7", "--shutdown-timeout", "12", "p"});
+  EXPECT_EQ(options.role, "trainer");
+  EXPECT_DOUBLE_EQ(options.grace_period_s, 12);
+  EXPECT_TRUE(options.grace_period_given);
+  EXPECT_EQ(options.command, std::vector<std::string>{"p"});
+  EXPECT_EQ(parse({"p"}).role, "default");
+  for (const char* method : {"spawn", "fork", "forkserver"})
+    EXPECT_NO_THROW(parse({"--start-method", method, "p"})) << method;
 }
 
 TEST(Options, RdzvEndpointSetsTheMaster) {
@@ -111,6 +127,11 @@ TEST(Options, RejectsMalformedCommandLines) {
                                              {"--v", "p"},
                                              {"-verbose", "p"},
                                              {"-m", "p"},
+                                             {"--run-path", "p"},
+                                             {"--role", "", "p"},
+                                             {"--start-method", "thread", "p"},
+                                             {"--local-addr=", "p"},
+                                             {"--shutdown-timeout", "-1", "p"},
                                              {"--nnodes", "2", "p"},
                                              {"--nnodes", "1:2", "p"},
                                              {"--nnodes", "x", "p"},

@@ -45,6 +45,7 @@ TEST_P(EnvTest, EveryRankGetsTheLauncherVariables) {
     EXPECT_EQ(vars.at("WORLD_SIZE"), std::to_string(world));
     EXPECT_EQ(vars.at("LOCAL_WORLD_SIZE"), std::to_string(world));
     EXPECT_EQ(vars.at("ROLE_WORLD_SIZE"), std::to_string(world));
+    EXPECT_EQ(vars.at("ROLE_NAME"), "default");
     EXPECT_EQ(vars.at("GROUP_RANK"), "0");
     EXPECT_EQ(vars.at("MASTER_ADDR"), "127.0.0.1");
     EXPECT_EQ(vars.at("MASTER_PORT"), "29500");
@@ -85,6 +86,21 @@ TEST(Env, DefaultsMatchTorchrun) {
   EXPECT_EQ(env.at(0).at("WORLD_SIZE"), "1");
   EXPECT_EQ(env.at(0).at("TORCHELASTIC_RUN_ID"), "none");
   EXPECT_EQ(env.at(0).at("SHMCCL_TIMEOUT"), "7") << "an inherited value passes through";
+}
+
+// torchrun's --role names the ranks' role (ROLE_NAME); --start-method and --local-addr, which a
+// torchrun command line may carry, are accepted and change nothing.
+TEST(Env, RoleNamesTheRanksRole) {
+  const RunResult result = run_shmrun({"--role=trainer", "--start-method", "fork", "--local_addr",
+                                       "node7", "--nproc-per-node", "2", kWorker, "env"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const auto env = parse_env(result.out);
+  ASSERT_EQ(env.size(), 2u) << result.out;
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(env.at(rank).at("ROLE_NAME"), "trainer");
+    EXPECT_EQ(env.at(rank).at("ROLE_RANK"), std::to_string(rank));
+    EXPECT_EQ(env.at(rank).at("MASTER_ADDR"), "127.0.0.1");
+  }
 }
 
 TEST(Env, NamespaceIsSafeAndShortForAnyRunId) {

@@ -189,6 +189,29 @@ TEST(Failure, CtrlCIsAnInterruptNotARankFailure) {
   }
 }
 
+// torchrun's TORCH_ELASTIC_SHUTDOWN_TIMEOUT sets the grace period when no option does.
+TEST(Failure, TheShutdownTimeoutOfTheEnvironmentIsTheDefaultGracePeriod) {
+  for (const auto& [args, expected] :
+       {std::pair{std::vector<std::string>{}, "SIGKILL after 0.25 s"},
+        std::pair{std::vector<std::string>{"--shutdown-timeout", "0.5"}, "SIGKILL after 0.5 s"}}) {
+    std::vector<std::string> command = args;
+    for (const char* arg : {"-v", "--nproc-per-node", "2"})
+      command.emplace_back(arg);
+    for (const std::string& arg :
+         {kWorker, std::string("exit"), std::string("3"), std::string("1")})
+      command.push_back(arg);
+    const RunResult result = run_shmrun(command, {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT=250ms"});
+    EXPECT_EQ(result.exit_code, 3) << result.err;
+    EXPECT_NE(result.err.find(expected), std::string::npos) << result.err;
+  }
+  const RunResult bad =
+      run_shmrun({kWorker, "exit", "0", "0"}, {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT=soon"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("TORCH_ELASTIC_SHUTDOWN_TIMEOUT='soon' is not a duration"),
+            std::string::npos)
+      << bad.err;
+}
+
 TEST(Failure, ARankIgnoringSigtermIsKilledAfterTheGracePeriod) {
   const auto start = std::chrono::steady_clock::now();
   Shmrun shmrun({"-v", "--grace-period", "300ms", "--nproc-per-node", "2", kWorker, "ignore-term"});

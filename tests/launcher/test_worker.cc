@@ -73,9 +73,10 @@ int main(int argc, char** argv) {
   if (mode == "env") {
     for (const char* name :
          {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
-          "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
-          "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "SHMCCL_JOB_ID", "SHMCCL_NAMESPACE",
-          "SHMCCL_TIMEOUT", "SHMCCL_LAUNCHER_PID", "SHMCCL_LOCK_FD"}) {
+          "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT",
+          "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
+          "SHMCCL_JOB_ID", "SHMCCL_NAMESPACE", "SHMCCL_TIMEOUT", "SHMCCL_LAUNCHER_PID",
+          "SHMCCL_LOCK_FD"}) {
       const char* value = std::getenv(name);
       std::printf("%s=%s\n", name, value != nullptr ? value : "<unset>");
     }
