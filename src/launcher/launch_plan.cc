@@ -116,6 +116,7 @@ LaunchPlan make_launch_plan(const Options& options, std::vector<std::string>* wa
     plan.grace_period_s = seconds;
   }
   plan.role = options.role;
+  plan.stop_signals = options.signals_to_handle;
   plan.monitor_interval_s = options.monitor_interval_s;
   plan.prefix = options.prefix;
   plan.verbose = options.verbose;

@@ -38,6 +38,7 @@ struct LaunchPlan {
   int max_restarts = 0;
   std::optional<std::string> timeout;
   double grace_period_s = 5;
+  std::vector<int> stop_signals;  // --signals-to-handle
   double monitor_interval_s = 5;
   bool prefix = true;
   bool verbose = false;

@@ -83,7 +83,7 @@ int run_job(const Options& options) {
   }
 
   const std::time_t job_start = std::time(nullptr) - 1;  // st_mtime has whole seconds here
-  SignalWatcher signals;
+  SignalWatcher signals(plan.stop_signals);
   WorkerGroup group(plan, signals);
   for (int restart = 0;; ++restart) {
     const AttemptResult result = group.run(restart);

@@ -2,10 +2,14 @@
 #include "launcher/options.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <functional>
 #include <string_view>
+
+#include <csignal>
+#include <cstring>
 
 #include "core/config.h"
 
@@ -97,6 +101,33 @@ void nnodes_value(const std::string& flag, std::string_view value) {
   if (split(value, ':').size() > 2) invalid(flag, value, "a node count such as 1 or 1:1");
 }
 
+// The signals --signals-to-handle may name: those whose default action ends a process, and that
+// a process may catch. (Job control, SIGCHLD, SIGPIPE, which shmrun needs as they are, and the
+// fault signals of a crash are not among them.)
+constexpr int kHandleableSignals[] = {SIGTERM, SIGINT,  SIGHUP,    SIGQUIT, SIGUSR1, SIGUSR2,
+                                      SIGALRM, SIGXCPU, SIGVTALRM, SIGPROF, SIGXFSZ, SIGPWR};
+
+// "SIGTERM,SIGUSR1" (torchrun's spelling; "TERM" and lower case are taken too).
+std::vector<int> signal_list(const std::string& flag, std::string_view value) {
+  std::string expected = "a comma-separated list of";
+  for (int signal_number : kHandleableSignals)
+    expected += std::string(" SIG") + sigabbrev_np(signal_number);
+  std::vector<int> signals;
+  for (std::string_view part : split(value, ',')) {
+    std::string name(part);
+    for (char& c : name)
+      c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    if (name.rfind("SIG", 0) == 0) name.erase(0, 3);
+    const int* found =
+        std::find_if(std::begin(kHandleableSignals), std::end(kHandleableSignals),
+                     [&](int signal_number) { return name == sigabbrev_np(signal_number); });
+    if (found == std::end(kHandleableSignals)) invalid(flag, value, expected.c_str());
+    if (std::find(signals.begin(), signals.end(), *found) == signals.end())
+      signals.push_back(*found);
+  }
+  return signals;
+}
+
 struct Flag {
   std::vector<std::string_view> names;  // normalized: no leading dashes, '-' not '_'
   bool takes_value;
@@ -172,6 +203,18 @@ const std::vector<Flag>& flags() {
        [](Options& o, const std::string& f, const std::string& v) {
          o.grace_period_s = seconds_value(f, v, true);
          o.grace_period_given = true;
+       }},
+      {{"signals-to-handle"},
+       true,
+       [](Options& o, const std::string& f, const std::string& v) {
+         // The default four stay: shmrun never ends without stopping its ranks and removing
+         // the job's shared memory.
+         for (int signal_number : signal_list(f, v)) {
+           if (std::find(o.signals_to_handle.begin(), o.signals_to_handle.end(), signal_number) ==
+               o.signals_to_handle.end()) {
+             o.signals_to_handle.push_back(signal_number);
+           }
+         }
        }},
       {{"role"},
        true,
@@ -276,6 +319,10 @@ const Flag* find_flag(std::string_view name) {
 
 }  // namespace
 
+std::vector<int> default_signals_to_handle() {
+  return {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
+}
+
 unsigned StreamSelection::mask_for(int local_rank) const {
   if (all) return *all;
   for (const auto& [rank, mask] : by_rank) {
@@ -364,6 +411,10 @@ Ranks:
 
 Supervision:
   --max-restarts K          restart the whole group up to K times after a failure [0]
+  --signals-to-handle SIG,...
+                            more signals that stop the job besides SIGTERM, SIGINT,
+                            SIGHUP and SIGQUIT; each is forwarded to the ranks. SIGUSR1
+                            unlisted asks the ranks for a flight recorder dump
   --grace-period, --stop-timeout, --shutdown-timeout SECONDS
                             time between SIGTERM and SIGKILL when stopping ranks
                             [$TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 5]

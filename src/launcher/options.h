@@ -35,6 +35,9 @@ struct StreamSelection {
 
 enum class Mode { kRun, kHelp, kVersion, kDumpConfig, kCleanup };
 
+// SIGTERM, SIGINT, SIGHUP, SIGQUIT: torchrun's --signals-to-handle default.
+std::vector<int> default_signals_to_handle();
+
 struct Options {
   Mode mode = Mode::kRun;
 
@@ -49,6 +52,10 @@ struct Options {
   // Supervision.
   int max_restarts = 0;
   double monitor_interval_s = 5.0;
+  // The signals that stop the job, each forwarded to the ranks: torchrun's default four, and
+  // those --signals-to-handle adds. SIGUSR1, unless listed, asks the ranks for a flight recorder
+  // dump instead.
+  std::vector<int> signals_to_handle = default_signals_to_handle();
   double grace_period_s = 5.0;
   bool grace_period_given = false;  // else TORCH_ELASTIC_SHUTDOWN_TIMEOUT may set it (launch plan)
   std::optional<std::string> timeout;  // --timeout, normalized to seconds, for SHMCCL_TIMEOUT

@@ -10,11 +10,12 @@
 
 namespace shmccl::launcher {
 
-SignalWatcher::SignalWatcher() {
+SignalWatcher::SignalWatcher(const std::vector<int>& stop_signals) {
   sigset_t handled;
   sigemptyset(&handled);
-  for (int signal_number : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1})
+  for (int signal_number : stop_signals)
     sigaddset(&handled, signal_number);
+  sigaddset(&handled, SIGUSR1);
   SHMCCL_SYSCALL(sigprocmask(SIG_BLOCK, &handled, nullptr), "sigprocmask");
   fd_.reset(signalfd(-1, &handled, SFD_NONBLOCK | SFD_CLOEXEC));
   if (!fd_) detail::throw_system_error("signalfd", errno);

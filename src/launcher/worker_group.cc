@@ -6,6 +6,7 @@
 #include <sys/inotify.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -334,16 +335,18 @@ class Supervisor {
     begin_stop();
   }
 
-  void begin_stop() {
+  // Stops the group: `stop_signal` to every rank (SIGTERM after a failure; the signal shmrun
+  // received, as torchrun forwards it), then SIGKILL after the grace period.
+  void begin_stop(int stop_signal = SIGTERM) {
     if (stopping_) return;
     if (awaiting_traces_) return end_trace_wait();
     stopping_ = true;
     stopped_ = live_;
     if (live_ == 0) return;
-    SHMCCL_INFO(kLaunch, "stopping ", live_, " ranks: SIGTERM, SIGKILL after ",
-                plan_.grace_period_s, " s");
+    SHMCCL_INFO(kLaunch, "stopping ", live_, " ranks: ", signal_name(stop_signal),
+                ", SIGKILL after ", plan_.grace_period_s, " s");
     for (Rank& rank : ranks_)
-      rank.child.send_signal(SIGTERM);
+      rank.child.send_signal(stop_signal);
     loop_.add_timeout(to_duration(plan_.grace_period_s), [this](int) {
       if (live_ > 0) {
         SHMCCL_INFO(kLaunch, "grace period over: SIGKILL to ", live_, " ranks");
@@ -383,15 +386,17 @@ class Supervisor {
   void handle_signals() {
     while (std::optional<int> signal_number = signals_.next()) {
       SHMCCL_INFO(kLaunch, "received ", signal_name(*signal_number));
-      if (*signal_number == SIGUSR1) {
-        forward_dump_request();
+      const std::vector<int>& stop_signals = plan_.stop_signals;
+      if (std::find(stop_signals.begin(), stop_signals.end(), *signal_number) ==
+          stop_signals.end()) {
+        forward_dump_request();  // SIGUSR1 is the only other signal shmrun takes
         continue;
       }
       if (!signal_) signal_ = *signal_number;
       if (stopping_) {
         kill_all();  // a second signal: no more grace
       } else {
-        begin_stop();
+        begin_stop(*signal_number);
       }
     }
   }

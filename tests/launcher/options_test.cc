@@ -2,6 +2,7 @@
 #include "launcher/options.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 
 namespace shmccl::launcher {
 namespace {
@@ -85,6 +86,10 @@ TEST(Options, AcceptsTheRestOfTorchrunsOptions) {
   EXPECT_TRUE(options.grace_period_given);
   EXPECT_EQ(options.command, std::vector<std::string>{"p"});
   EXPECT_EQ(parse({"p"}).role, "default");
+  EXPECT_EQ(parse({"p"}).signals_to_handle, (std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT}));
+  EXPECT_EQ(parse({"--signals-to-handle", "SIGUSR1,usr2,SIGTERM,USR1", "p"}).signals_to_handle,
+            (std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}))
+      << "the default four stay; each signal once";
   for (const char* method : {"spawn", "fork", "forkserver"})
     EXPECT_NO_THROW(parse({"--start-method", method, "p"})) << method;
 }
@@ -128,6 +133,10 @@ TEST(Options, RejectsMalformedCommandLines) {
                                              {"-verbose", "p"},
                                              {"-m", "p"},
                                              {"--run-path", "p"},
+                                             {"--signals-to-handle", "SIGKILL", "p"},
+                                             {"--signals-to-handle", "SIGCHLD", "p"},
+                                             {"--signals-to-handle", "SIGTERM,,SIGINT", "p"},
+                                             {"--signals-to-handle", "SIGNOPE", "p"},
                                              {"--role", "", "p"},
                                              {"--start-method", "thread", "p"},
                                              {"--local-addr=", "p"},

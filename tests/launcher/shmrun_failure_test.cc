@@ -174,6 +174,52 @@ TEST_P(SignalToShmrun, StopsEveryRankAndExitsWith128PlusTheSignal) {
 
 INSTANTIATE_TEST_SUITE_P(IntAndTerm, SignalToShmrun, ::testing::Values(SIGINT, SIGTERM));
 
+// As torchrun does, shmrun stops the ranks with the signal it received (a rank that handles
+// SIGINT differently from SIGTERM sees which it was); --signals-to-handle adds signals to the
+// four it handles (SLURM sends SIGUSR1 or SIGUSR2 ahead of a preemption). A listed SIGUSR1 stops
+// the job instead of asking for a flight recorder dump.
+struct ForwardedSignal {
+  std::vector<std::string> options;
+  int signal_number;
+  const char* name;
+};
+
+class ForwardedSignalTest : public ::testing::TestWithParam<ForwardedSignal> {};
+
+TEST_P(ForwardedSignalTest, StopsTheRanksWithTheSignalShmrunReceived) {
+  std::vector<std::string> args = GetParam().options;
+  for (const std::string& arg : {std::string("-v"), std::string("--nproc-per-node"),
+                                 std::string("2"), kWorker, std::string("report-signals")})
+    args.push_back(arg);
+  Shmrun shmrun(args);
+  ASSERT_TRUE(shmrun.read_until([](const std::string& out) {
+    return Shmrun::has_ready_lines(out, 2);
+  })) << shmrun.err();
+  shmrun.send(GetParam().signal_number);
+  const RunResult result = shmrun.wait();
+  EXPECT_EQ(result.exit_code, 128 + GetParam().signal_number) << result.err;
+  EXPECT_NE(
+      result.err.find(std::string("shmrun: received ") + GetParam().name + ": stopped all 2 ranks"),
+      std::string::npos)
+      << result.err;
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_NE(result.out.find("[rank" + std::to_string(rank) + "]:got " + GetParam().name),
+              std::string::npos)
+        << result.out;
+  }
+  expect_ranks_gone(result.err, 2);
+  expect_shm_clean(namespaces(result.err));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Signals, ForwardedSignalTest,
+    ::testing::Values(ForwardedSignal{{}, SIGINT, "SIGINT"}, ForwardedSignal{{}, SIGHUP, "SIGHUP"},
+                      ForwardedSignal{{"--signals-to-handle=SIGTERM,SIGUSR2"}, SIGUSR2, "SIGUSR2"},
+                      ForwardedSignal{{"--signals_to_handle", "usr1"}, SIGUSR1, "SIGUSR1"}),
+    [](const ::testing::TestParamInfo<ForwardedSignal>& info) {
+      return std::string(info.param.name + 3) + (info.param.options.empty() ? "" : "Listed");
+    });
+
 TEST(Failure, CtrlCIsAnInterruptNotARankFailure) {
   for (int i = 0; i < 3; ++i) {  // the ranks and shmrun race to see the signal
     Shmrun shmrun({"-v", "--nproc-per-node", "2", kWorker, "sleep"});
@@ -212,9 +258,9 @@ TEST(Failure, TheShutdownTimeoutOfTheEnvironmentIsTheDefaultGracePeriod) {
       << bad.err;
 }
 
-TEST(Failure, ARankIgnoringSigtermIsKilledAfterTheGracePeriod) {
+TEST(Failure, ARankIgnoringTheStopSignalIsKilledAfterTheGracePeriod) {
   const auto start = std::chrono::steady_clock::now();
-  Shmrun shmrun({"-v", "--grace-period", "300ms", "--nproc-per-node", "2", kWorker, "ignore-term"});
+  Shmrun shmrun({"-v", "--grace-period", "300ms", "--nproc-per-node", "2", kWorker, "ignore-stop"});
   ASSERT_TRUE(
       shmrun.read_until([](const std::string& out) { return Shmrun::has_ready_lines(out, 2); }));
   shmrun.send(SIGINT);
@@ -228,7 +274,7 @@ TEST(Failure, ARankIgnoringSigtermIsKilledAfterTheGracePeriod) {
 }
 
 TEST(Failure, ASecondSignalKillsAtOnce) {
-  Shmrun shmrun({"-v", "--grace-period", "60", "--nproc-per-node", "2", kWorker, "ignore-term"});
+  Shmrun shmrun({"-v", "--grace-period", "60", "--nproc-per-node", "2", kWorker, "ignore-stop"});
   ASSERT_TRUE(
       shmrun.read_until([](const std::string& out) { return Shmrun::has_ready_lines(out, 2); }));
   shmrun.send(SIGTERM);

@@ -5,13 +5,16 @@
 // /dev/shm/shmccl.$SHMCCL_NAMESPACE.test<rank>) so each test can check that shmrun cleans up.
 //   env                  print the launcher's variables as NAME=value lines
 //   sleep                print "ready", then wait to be killed
-//   ignore-term          ignore SIGTERM, print "ready", then wait to be killed
+//   ignore-stop          ignore SIGTERM, SIGINT, SIGHUP and SIGQUIT, print "ready", then wait
+//                        to be killed
 //   exit CODE RANK       rank RANK exits CODE at once; the others print "ready" and wait
 //   signal SIG RANK      rank RANK kills itself with SIG; the others print "ready" and wait
 //   lines N              print N lines on stdout and N on stderr
 //   partial              print a line without its '\n'
 //   attempts FILE N      rank 0 appends to FILE and fails (exit 1) while FILE has <= N lines
 //   affinity             print "cpus=<list>" from sched_getaffinity
+//   report-signals       print "ready"; on SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 or SIGUSR2
+//                        print "got SIG<name>" and exit 0
 //   flood RANK           rank RANK exits 3 at once; the others write lines without pause
 //   flood-until-usr2 RANK  rank RANK says so on stderr and exits 3 once it receives SIGUSR2;
 //                        the others write lines without pause
@@ -53,6 +56,18 @@ void start_like_a_rank() {
   }
 }
 
+void report_signal(int signal_number) {
+  // Async-signal-safe: one write(2) of a line made without allocating.
+  char line[32] = "got SIG";
+  const char* name = sigabbrev_np(signal_number);
+  size_t length = 7;
+  for (const char* c = name != nullptr ? name : "?"; *c != '\0' && length < sizeof(line) - 2; ++c)
+    line[length++] = *c;
+  line[length++] = '\n';
+  [[maybe_unused]] ssize_t written = write(STDOUT_FILENO, line, length);
+  _exit(0);
+}
+
 [[noreturn]] void wait_forever() {
   std::printf("ready rank=%d pid=%d\n", my_rank(), static_cast<int>(getpid()));
   std::fflush(stdout);
@@ -84,6 +99,11 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (mode == "sleep") wait_forever();
+  if (mode == "report-signals") {
+    for (int signal_number : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2})
+      signal(signal_number, report_signal);
+    wait_forever();
+  }
   if (mode == "grandchild" && argc == 4) {
     // Starts a process of its own (as a shell script or a data loader would). Then rank argv[2]
     // fails, but only once the other rank has started its own: they meet on the FIFO argv[3]
@@ -98,8 +118,9 @@ int main(int argc, char** argv) {
     if (failing) return 3;
     wait_forever();
   }
-  if (mode == "ignore-term") {
-    signal(SIGTERM, SIG_IGN);
+  if (mode == "ignore-stop") {
+    for (int signal_number : {SIGTERM, SIGINT, SIGHUP, SIGQUIT})
+      signal(signal_number, SIG_IGN);
     wait_forever();
   }
   if ((mode == "exit" || mode == "signal") && argc == 4) {
