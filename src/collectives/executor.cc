@@ -22,6 +22,7 @@
 #include "device/device_context.h"
 #include "device/kernels.h"
 #include "device/stream_impl.h"
+#include "transport/asymmetric_fence.h"
 
 namespace shmccl::collectives {
 namespace {
@@ -447,10 +448,18 @@ void throw_if_a_peer_timed_out(const transport::GroupTransport& transport, const
 
 // The work pool's entry. The store, then the check above, pair with a peer's give-up, then its
 // look at the ranks inside (wait_for_peers_in_zero_copy): of a rank entering and a peer giving
-// up at the same moment, at least one sees the other (both sides seq_cst: Dekker's pattern).
+// up at the same moment, at least one sees the other (Dekker's pattern). The full fence that
+// needs sits on the giver's side where membarrier can put it there (asymmetric_fence.h): the
+// entry, on every call, then costs a plain store.
 void enter_zero_copy(transport::GroupTransport& transport, const OpPlan& plan) {
-  transport.slot(transport.rank())
-      .zero_copy_entered.store(static_cast<uint32_t>(plan.sequence), std::memory_order_seq_cst);
+  std::atomic<uint32_t>& entered = transport.slot(transport.rank()).zero_copy_entered;
+  const uint32_t sequence = static_cast<uint32_t>(plan.sequence);
+  if (transport::asymmetric_fences_enabled()) {
+    entered.store(sequence, std::memory_order_relaxed);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+  } else {
+    entered.store(sequence, std::memory_order_seq_cst);
+  }
   throw_if_a_peer_timed_out(transport, plan);
 }
 
@@ -469,6 +478,9 @@ void wait_for_peers_in_zero_copy(detail::GroupState& state, uint64_t sequence) {
            slot.pool_finished.load(std::memory_order_acquire) != sequence &&
            slot.gave_up.load(std::memory_order_acquire) != low;
   };
+  // The other half of enter_zero_copy's fence: every running thread of the ranks' processes
+  // passes a full barrier, so an entry stored before it is seen below.
+  transport::sleeper_fence();
   auto none_inside = [&] {
     for (int peer = 0; peer < transport.size(); ++peer) {
       if (peer != transport.rank() && inside(peer)) return false;
