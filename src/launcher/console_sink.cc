@@ -100,6 +100,28 @@ void ConsoleSink::flush() {
   }
 }
 
+bool ConsoleSink::drain(int signal_fd, std::optional<std::chrono::milliseconds> bound) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = bound ? Clock::now() + *bound : Clock::time_point::max();
+  flush();
+  while (!gone_ && backlog() > 0) {
+    pollfd fds[2] = {{fd(), POLLOUT, 0}, {signal_fd, POLLIN, 0}};
+    int wait_ms = -1;
+    if (bound) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) break;
+      wait_ms = static_cast<int>(left.count());
+    }
+    const int ready = poll(fds, 2, wait_ms);
+    if (ready < 0 && errno != EINTR) break;
+    if (ready > 0 && fds[1].revents != 0) break;  // a signal: shmrun must go now
+    flush();
+  }
+  const bool complete = gone_ || backlog() == 0;
+  abandon();
+  return complete;
+}
+
 void ConsoleSink::abandon() {
   // A line the console took only part of is ended, so that what shmrun prints next starts a line.
   if (backlog() > 0 && !gone_ && !at_line_start_) write_some("\n");

@@ -16,7 +16,9 @@
 // written directly. Not thread-safe.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -42,6 +44,10 @@ class ConsoleSink {
   // The console's reader is gone (EPIPE): everything since is dropped. Text whose write fails
   // otherwise (a full disk, a terminal hung up) is dropped alone.
   bool gone() const { return gone_; }
+  // For shmrun's last words, after the loop: waits until the console took the backlog, a signal
+  // is pending on `signal_fd` (not consumed), or `bound` passed (none: no bound). Returns whether
+  // everything was written; what was not is dropped.
+  bool drain(int signal_fd, std::optional<std::chrono::milliseconds> bound);
   // Drops the backlog (the job ends at once and the reader takes nothing more), ending with a
   // '\n' a line the console took only part of.
   void abandon();

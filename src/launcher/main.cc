@@ -9,11 +9,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/config.h"
 #include "core/logging.h"
+#include "launcher/console_sink.h"
 #include "launcher/failure_summary.h"
 #include "launcher/launch_plan.h"
 #include "launcher/options.h"
@@ -74,6 +76,19 @@ void enable_verbose_logging() {
   log::reload();
 }
 
+// shmrun's own lines after an attempt. They wait for a slow reader of stderr as the ranks' lines
+// did (a blocking write could wait forever, deaf to signals): until it takes them, or a signal
+// comes, or, when the job ends for `signal`, for kLastWordsAfterSignal at most.
+constexpr std::chrono::seconds kLastWordsAfterSignal{1};
+
+void say(const SignalWatcher& signals, std::optional<int> signal, const std::string& text) {
+  ConsoleSink console(STDERR_FILENO);
+  console.write(text);
+  std::optional<std::chrono::milliseconds> bound;
+  if (signal) bound = kLastWordsAfterSignal;
+  console.drain(signals.fd(), bound);
+}
+
 int run_job(const Options& options) {
   std::vector<std::string> warnings;
   LaunchPlan plan = make_launch_plan(options, &warnings);
@@ -89,22 +104,22 @@ int run_job(const Options& options) {
     const AttemptResult result = group.run(restart);
     if (result.succeeded()) return 0;
     if (!result.root_cause) {
-      if (result.stopped == plan.world_size) {
-        std::fprintf(stderr, "shmrun: received %s: stopped all %d ranks\n",
-                     signal_name(*result.signal).c_str(), plan.world_size);
-      } else {
-        std::fprintf(stderr, "shmrun: received %s: stopped %d of %d ranks (the others had ended)\n",
-                     signal_name(*result.signal).c_str(), result.stopped, plan.world_size);
-      }
+      const std::string name = signal_name(*result.signal);
+      say(signals, *result.signal,
+          result.stopped == plan.world_size
+              ? "shmrun: received " + name + ": stopped all " + std::to_string(plan.world_size) +
+                    " ranks\n"
+              : "shmrun: received " + name + ": stopped " + std::to_string(result.stopped) +
+                    " of " + std::to_string(plan.world_size) + " ranks (the others had ended)\n");
       return 128 + *result.signal;
     }
     const RankExit& failed = *result.root_cause;
     if (!result.signal && restart < plan.max_restarts) {
-      std::fprintf(stderr,
-                   "shmrun: rank %d (pid %d) failed with %s; restarting all %d ranks "
-                   "(restart %d of %d)\n",
-                   failed.rank, static_cast<int>(failed.pid), failed.status.describe().c_str(),
-                   plan.world_size, restart + 1, plan.max_restarts);
+      say(signals, std::nullopt,
+          "shmrun: rank " + std::to_string(failed.rank) + " (pid " + std::to_string(failed.pid) +
+              ") failed with " + failed.status.describe() + "; restarting all " +
+              std::to_string(plan.world_size) + " ranks (restart " + std::to_string(restart + 1) +
+              " of " + std::to_string(plan.max_restarts) + ")\n");
       continue;
     }
     SummaryContext context;
@@ -123,8 +138,7 @@ int run_job(const Options& options) {
                                       info.st_mtime >= job_start);
     }
     const std::string summary = format_failure_summary(context, failed, result.others);
-    std::fflush(stdout);
-    std::fputs(summary.c_str(), stderr);
+    say(signals, result.signal, summary);
     return failed.status.shell_code();
   }
 }

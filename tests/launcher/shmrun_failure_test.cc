@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "shmrun_harness.h"
 
@@ -128,6 +129,31 @@ TEST(Failure, ASignalEndsAJobWhoseOutputReaderStalled) {
   EXPECT_EQ(result.exit_code, 128 + SIGTERM) << result.err;
   EXPECT_NE(result.err.find("shmrun: received SIGTERM: stopped all 2 ranks"), std::string::npos)
       << result.err;
+  expect_ranks_gone(result.err, 2);
+  expect_shm_clean(namespaces(result.err));
+}
+
+// Both streams stalled: shmrun's own last line ("received SIGTERM: ...") cannot be written
+// either; it waits for the reader a moment at most (a blocking write used to hold shmrun there
+// for good, its job already stopped).
+TEST(Failure, ASignalEndsAJobWhoseStdoutAndStderrReadersStalled) {
+  Shmrun shmrun({"-v", "--nproc-per-node", "2", kWorker, "flood-both"});
+  shmrun.stall_stdout();
+  shmrun.stall_stderr();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!(shmrun.pipe_full(false) && shmrun.pipe_full(true))) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "shmrun's pipes did not fill";
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // polls a condition
+  }
+  const auto start = std::chrono::steady_clock::now();
+  shmrun.send(SIGTERM);
+  ASSERT_EQ(shmrun.read_until([](const std::string&) { return false; }), false);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5))
+      << "shmrun did not exit while its readers stalled";
+  shmrun.resume_stdout();
+  shmrun.resume_stderr();
+  const RunResult result = shmrun.wait();
+  EXPECT_EQ(result.exit_code, 128 + SIGTERM) << result.err.substr(0, 2000);
   expect_ranks_gone(result.err, 2);
   expect_shm_clean(namespaces(result.err));
 }

@@ -135,6 +135,20 @@ class Shmrun {
   // writes find the pipe full. resume_stdout() reads it again.
   void stall_stdout() { stdout_stalled_ = true; }
   void resume_stdout() { stdout_stalled_ = false; }
+  void stall_stderr() { stderr_stalled_ = true; }
+  void resume_stderr() { stderr_stalled_ = false; }
+  // Whether shmrun's stdout (`err`: stderr) pipe has no free buffer left, so that shmrun's next
+  // write does not fit (asked of a write end of our own, opened through /proc: POLLOUT is the
+  // kernel's word on it).
+  bool pipe_full(bool err) const {
+    const std::string path = "/proc/" + std::to_string(pid_) + "/fd/" + (err ? "2" : "1");
+    const int writer = open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (writer < 0) return false;
+    pollfd room{writer, POLLOUT, 0};
+    const bool full = poll(&room, 1, 0) == 0;
+    close(writer);
+    return full;
+  }
 
   // Stops reading shmrun's stdout, as `head` does once it has its lines: its writes fail (EPIPE).
   void close_stdout() {
@@ -168,8 +182,9 @@ class Shmrun {
     const auto remaining = kDeadline - (std::chrono::steady_clock::now() - start_);
     if (remaining <= std::chrono::seconds(0)) return false;
     const int out_fd = stdout_stalled_ ? -1 : out_fd_;
-    pollfd fds[3] = {{out_fd, POLLIN, 0}, {err_fd_, POLLIN, 0}, {pidfd_, POLLIN, 0}};
-    if (out_fd < 0 && err_fd_ < 0 && exit_code_ >= 0) return false;
+    const int err_fd = stderr_stalled_ ? -1 : err_fd_;
+    pollfd fds[3] = {{out_fd, POLLIN, 0}, {err_fd, POLLIN, 0}, {pidfd_, POLLIN, 0}};
+    if (out_fd < 0 && err_fd < 0 && exit_code_ >= 0) return false;
     if (!want_exit && exit_code_ >= 0 && out_fd < 0) return false;
     const int ready =
         poll(fds, 3,
@@ -201,6 +216,7 @@ class Shmrun {
   int out_fd_ = -1, err_fd_ = -1, pidfd_ = -1;
   int exit_code_ = -1;
   bool stdout_stalled_ = false;
+  bool stderr_stalled_ = false;
   std::string out_, err_;
   std::chrono::steady_clock::time_point start_;
 };

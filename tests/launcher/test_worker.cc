@@ -16,6 +16,7 @@
 //   report-signals       print "ready"; on SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 or SIGUSR2
 //                        print "got SIG<name>" and exit 0
 //   flood RANK           rank RANK exits 3 at once; the others write lines without pause
+//   flood-both           write lines without pause, on stdout and stderr in turn
 //   flood-until-usr2 RANK  rank RANK says so on stderr and exits 3 once it receives SIGUSR2;
 //                        the others write lines without pause
 #include <fcntl.h>
@@ -161,6 +162,12 @@ int main(int argc, char** argv) {
     if (rank == std::atoi(argv[2])) return 3;
     const std::string line(100, 'y');
     while (std::puts(line.c_str()) >= 0) {
+    }
+    return 0;
+  }
+  if (mode == "flood-both") {
+    const std::string line(100, 'z');
+    while (std::puts(line.c_str()) >= 0 && std::fputs((line + "\n").c_str(), stderr) >= 0) {
     }
     return 0;
   }
