@@ -76,6 +76,21 @@ void enable_verbose_logging() {
   log::reload();
 }
 
+// A shmrun killed by SIGKILL cannot remove its job's shared memory (its ranks die with it); the
+// next shmrun on the host does, before its own job. Only namespaces shmrun made (with a lock
+// file) whose lock nobody holds any more: no process of that job is left.
+void remove_what_killed_launchers_left() {
+  const CleanupReport report = cleanup_stale_namespaces({}, /*launched_only=*/true);
+  if (!report.removed.empty()) {
+    SHMCCL_INFO(kLaunch, "removed ", report.removed.size(),
+                " shared-memory entries of jobs whose processes are all gone (their shmrun was "
+                "killed), first ",
+                report.removed.front());
+  }
+  for (const std::string& error : report.errors)
+    SHMCCL_INFO(kLaunch, "stale job cleanup: ", error);
+}
+
 // shmrun's own lines after an attempt. They wait for a slow reader of stderr as the ranks' lines
 // did (a blocking write could wait forever, deaf to signals): until it takes them, or a signal
 // comes, or, when the job ends for `signal`, for kLastWordsAfterSignal at most.
@@ -97,6 +112,7 @@ int run_job(const Options& options) {
     std::fprintf(stderr, "shmrun: warning: %s\n", warning.c_str());
   }
 
+  remove_what_killed_launchers_left();
   const std::time_t job_start = std::time(nullptr) - 1;  // st_mtime has whole seconds here
   SignalWatcher signals(plan.stop_signals);
   WorkerGroup group(plan, signals);

@@ -46,7 +46,7 @@ void remove_namespace(const std::string& ns, const std::vector<std::string>& ent
 
 }  // namespace
 
-CleanupReport cleanup_stale_namespaces(const std::vector<std::string>& only) {
+CleanupReport cleanup_stale_namespaces(const std::vector<std::string>& only, bool launched_only) {
   std::map<std::string, std::vector<std::string>> by_namespace;
   for (const std::string& entry : list_shm_entries(kShmPrefix)) {
     const std::string ns = namespace_of(entry);
@@ -59,6 +59,7 @@ CleanupReport cleanup_stale_namespaces(const std::vector<std::string>& only) {
   for (const auto& [ns, entries] : by_namespace) {
     const std::string lock_path = path_of(kShmPrefix + ns + ".lock");
     FileDescriptor lock(open(lock_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+    if (!lock && errno == ENOENT && launched_only) continue;
     if (!lock && errno != ENOENT) {
       report.errors.push_back("cannot open " + lock_path + ": " + std::strerror(errno));
       continue;

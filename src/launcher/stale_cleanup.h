@@ -19,6 +19,10 @@ struct CleanupReport {
 };
 
 // Considers the given namespaces, or every shmccl namespace in /dev/shm when `only` is empty.
-CleanupReport cleanup_stale_namespaces(const std::vector<std::string>& only);
+// `launched_only`: only namespaces with a lock file, which shmrun makes (a job whose ranks were
+// started by hand or by mpirun has none, and its being live cannot be told): what a shmrun
+// removes by itself before each job, the leftovers of a shmrun killed by SIGKILL.
+CleanupReport cleanup_stale_namespaces(const std::vector<std::string>& only,
+                                       bool launched_only = false);
 
 }  // namespace shmccl::launcher
