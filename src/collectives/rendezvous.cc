@@ -129,6 +129,23 @@ Rendezvous::Rendezvous(JobInfo job) : job_(std::move(job)) {
 void Rendezvous::open_lock() {
   if (job_.launcher_owns_namespace) return;
   const std::string path = "/dev/shm/shmccl." + job_.ns + ".lock";
+  // Locked before it has its public name, as shmrun makes its own: a cleaner (`shmrun --cleanup`,
+  // or any starting shmrun) removes a namespace whose lock file nobody holds, so an unlocked
+  // moment between creating and locking could cost a starting job its segments.
+  std::string temporary = "/dev/shm/.shmccl-lock-XXXXXX";
+  const int made = ::mkostemp(temporary.data(), O_CLOEXEC);  // mode 0600
+  if (made >= 0) {
+    ::flock(made, LOCK_SH);
+    const bool published = ::link(temporary.c_str(), path.c_str()) == 0;
+    ::unlink(temporary.c_str());
+    if (published) {
+      lock_fd_ = made;
+      created_lock_ = true;
+      return;
+    }
+    ::close(made);
+  }
+  // Another rank published it first (locked), or no temporary could be made.
   lock_fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (lock_fd_ >= 0) {
     created_lock_ = true;
