@@ -171,7 +171,9 @@ int shmrun_main(int argc, char** argv) {
   ensure_standard_fds();
   Options options;
   try {
-    options = parse_options(std::vector<std::string>(argv + 1, argv + argc));
+    std::vector<std::string> args = environment_options(std::getenv);
+    args.insert(args.end(), argv + 1, argv + argc);
+    options = parse_options(args);
   } catch (const UsageError& error) {
     std::fprintf(stderr, "%s\nshmrun: error: %s\n", usage_line(), error.what());
     return 2;

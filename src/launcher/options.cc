@@ -382,6 +382,65 @@ Options parse_options(const std::vector<std::string>& args) {
   return options;
 }
 
+std::vector<std::string> environment_options(const std::function<const char*(const char*)>& get) {
+  // torchrun's options with `action=env` (value) and `action=check_env` (a switch: "1" sets it).
+  static constexpr const char* kValued[] = {"nproc-per-node",
+                                            "nnodes",
+                                            "node-rank",
+                                            "master-addr",
+                                            "master-port",
+                                            "rdzv-backend",
+                                            "rdzv-endpoint",
+                                            "rdzv-id",
+                                            "rdzv-conf",
+                                            "max-restarts",
+                                            "monitor-interval",
+                                            "start-method",
+                                            "role",
+                                            "log-dir",
+                                            "redirects",
+                                            "tee",
+                                            "local-ranks-filter",
+                                            "local-addr",
+                                            "signals-to-handle",
+                                            "shutdown-timeout"};
+  static constexpr const char* kSwitches[] = {"standalone", "no-python", "module", "run-path"};
+  auto variable_of = [](std::string_view flag) {
+    std::string name = "PET_";
+    for (char c : flag)
+      name += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    return name;
+  };
+  std::vector<std::string> args;
+  for (const char* flag : kValued) {
+    const std::string variable = variable_of(flag);
+    const char* value = get(variable.c_str());
+    if (value == nullptr) continue;
+    std::string arg = std::string("--") + flag + "=" + value;
+    try {
+      parse_options({arg, "program"});
+    } catch (const UsageError& error) {
+      throw UsageError(variable + "='" + value + "': " + error.what());
+    }
+    args.push_back(std::move(arg));
+  }
+  for (const char* flag : kSwitches) {
+    const std::string variable = variable_of(flag);
+    const char* value = get(variable.c_str());
+    if (value == nullptr || std::string_view(value) == "0" || *value == '\0') continue;
+    if (std::string_view(value) != "1") {
+      throw UsageError(variable + "='" + value + "': expected 1 (set) or 0 (not set)");
+    }
+    try {
+      parse_options({std::string("--") + flag, "program"});
+    } catch (const UsageError& error) {
+      throw UsageError(variable + "=1: " + error.what());
+    }
+    args.push_back(std::string("--") + flag);
+  }
+  return args;
+}
+
 const char* usage_line() {
   return "usage: shmrun [--nproc-per-node N|auto] [options] [--] program [args...]\n"
          "       shmrun --cleanup [namespace...] | --dump-config | --version | --help";

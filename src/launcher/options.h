@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -76,6 +77,12 @@ struct Options {
 
 // Throws UsageError on anything malformed; `args` excludes argv[0].
 Options parse_options(const std::vector<std::string>& args);
+
+// torchrun takes each of its options from a PET_<NAME> variable too (PET_NPROC_PER_NODE=4), which
+// is how Kubeflow's PyTorchJob configures it: the options those variables give, as arguments to
+// put before the command line's own (which then win). `get` reads a variable (std::getenv).
+// Throws UsageError naming the variable when its value is malformed.
+std::vector<std::string> environment_options(const std::function<const char*(const char*)>& get);
 
 // The one-line synopsis and the full --help text.
 const char* usage_line();

@@ -4,6 +4,11 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
 namespace shmccl::launcher {
 namespace {
 
@@ -146,6 +151,48 @@ TEST(Options, RejectsMalformedCommandLines) {
                                              {"--nnodes", "x", "p"},
                                              {"--node-rank", "3", "p"}}) {
     EXPECT_THROW(parse(args), UsageError) << ::testing::PrintToString(args);
+  }
+}
+
+// torchrun's PET_<NAME> variables (Kubeflow's PyTorchJob sets PET_NPROC_PER_NODE, PET_NNODES,
+// PET_MASTER_ADDR...) give options; the command line's own come after them and win.
+TEST(Options, PetVariablesGiveOptionsTheCommandLineOverrides) {
+  const std::map<std::string, std::string> env = {
+      {"PET_NPROC_PER_NODE", "4"}, {"PET_NNODES", "1"},     {"PET_MASTER_ADDR", "10.0.0.9"},
+      {"PET_ROLE", "trainer"},     {"PET_STANDALONE", "1"}, {"PET_NO_PYTHON", "0"},
+      {"PET_UNRELATED", "x"}};
+  auto get = [&env](const char* name) -> const char* {
+    const auto found = env.find(name);
+    return found == env.end() ? nullptr : found->second.c_str();
+  };
+  std::vector<std::string> args = environment_options(get);
+  EXPECT_EQ(args,
+            (std::vector<std::string>{"--nproc-per-node=4", "--nnodes=1", "--master-addr=10.0.0.9",
+                                      "--role=trainer", "--standalone"}));
+  args.insert(args.end(), {"--nproc-per-node", "2", "prog"});
+  const Options options = parse(args);
+  EXPECT_EQ(options.nproc_per_node, 2) << "the command line wins";
+  EXPECT_EQ(options.master_addr, "10.0.0.9");
+  EXPECT_EQ(options.role, "trainer");
+  EXPECT_TRUE(options.standalone);
+  EXPECT_EQ(options.command, std::vector<std::string>{"prog"});
+}
+
+TEST(Options, AMalformedPetVariableIsNamed) {
+  for (const auto& [name, value, expected] :
+       {std::tuple{"PET_NPROC_PER_NODE", "many", "PET_NPROC_PER_NODE='many': option "},
+        std::tuple{"PET_NNODES", "2", "PET_NNODES='2': multi-node is not supported yet"},
+        std::tuple{"PET_STANDALONE", "yes", "PET_STANDALONE='yes': expected 1"},
+        std::tuple{"PET_MODULE", "1", "PET_MODULE=1: shmrun runs executables"}}) {
+    auto get = [&](const char* variable) -> const char* {
+      return std::string(variable) == name ? value : nullptr;
+    };
+    try {
+      environment_options(get);
+      ADD_FAILURE() << name << " was taken";
+    } catch (const UsageError& error) {
+      EXPECT_EQ(std::string(error.what()).rfind(expected, 0), 0u) << error.what();
+    }
   }
 }
 

@@ -103,6 +103,22 @@ TEST(Env, RoleNamesTheRanksRole) {
   }
 }
 
+// As torchrun, shmrun takes options from PET_<NAME> variables, and its command line wins.
+TEST(Env, PetVariablesGiveOptions) {
+  const RunResult result = run_shmrun(
+      {"--master-port", "1234", kWorker, "env"},
+      {"PET_NPROC_PER_NODE=2", "PET_ROLE=worker", "PET_MASTER_PORT=4321", "PET_NNODES=1"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const auto env = parse_env(result.out);
+  ASSERT_EQ(env.size(), 2u) << result.out;
+  EXPECT_EQ(env.at(1).at("ROLE_NAME"), "worker");
+  EXPECT_EQ(env.at(1).at("MASTER_PORT"), "1234");
+  const RunResult bad = run_shmrun({kWorker, "env"}, {"PET_NNODES=2"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("PET_NNODES='2': multi-node is not supported yet"), std::string::npos)
+      << bad.err;
+}
+
 TEST(Env, NamespaceIsSafeAndShortForAnyRunId) {
   const std::string run_id = "a/b.c d" + std::string(100, 'x');
   const RunResult result = run_shmrun({"--run-id", run_id, kWorker, "env"});
