@@ -81,14 +81,17 @@ FileDescriptor open_log_file(const std::string& path, int restart_count) {
 class Supervisor {
  public:
   Supervisor(const LaunchPlan& plan, SignalWatcher& signals, std::vector<Rank>& ranks,
-             std::initializer_list<ConsoleSink*> consoles)
-      : plan_(plan), signals_(signals), ranks_(ranks), live_(static_cast<int>(ranks.size())) {
-    for (ConsoleSink* sink : consoles)
-      consoles_.push_back(Console{sink, 0, {}});
+             ConsoleSink& out_console, ConsoleSink& err_console)
+      : plan_(plan),
+        signals_(signals),
+        ranks_(ranks),
+        live_(static_cast<int>(ranks.size())),
+        consoles_{Console{&out_console, 0, {}}, Console{&err_console, 0, {}}},
+        err_console_(err_console) {
     // shmrun's own lines share stderr's queue with the ranks' (see log::set_line_sink).
     log::set_line_sink(
         [](void* sink, std::string_view line) { static_cast<ConsoleSink*>(sink)->write(line); },
-        consoles_.back().sink);
+        &err_console_);
   }
   ~Supervisor() { log::set_line_sink(nullptr, nullptr); }
   Supervisor(const Supervisor&) = delete;
@@ -375,10 +378,10 @@ class Supervisor {
       if (rank.child.catches(SIGUSR1)) {
         rank.child.send_signal_to_rank(SIGUSR1);
       } else {
-        consoles_.back().sink->write("shmrun: rank " + std::to_string(rank.plan->rank) + " (pid " +
-                                     std::to_string(rank.child.pid()) +
-                                     ") does not handle SIGUSR1 (no process group yet?): "
-                                     "not forwarded\n");
+        err_console_.write("shmrun: rank " + std::to_string(rank.plan->rank) + " (pid " +
+                           std::to_string(rank.child.pid()) +
+                           ") does not handle SIGUSR1 (no process group yet?): "
+                           "not forwarded\n");
       }
     }
   }
@@ -428,7 +431,8 @@ class Supervisor {
   // kResumeAt: shmrun holds a slow reader's output in memory only so far.
   static constexpr size_t kPauseAt = 1024 * 1024;
   static constexpr size_t kResumeAt = 256 * 1024;
-  std::vector<Console> consoles_;
+  std::vector<Console> consoles_;  // stdout's, then stderr's
+  ConsoleSink& err_console_;       // also where shmrun's own lines go
   // The flight recorder wait after the first failure (see on_failure).
   static constexpr std::chrono::seconds kTraceWait{1};
   bool awaiting_traces_ = false;
@@ -499,8 +503,9 @@ AttemptResult WorkerGroup::run(int restart_count) {
               std::chrono::duration<double, std::milli>(Clock::now() - start).count(),
               " ms (restart ", restart_count, ", namespace ", job_namespace.name(), ")");
 
-  Supervisor(plan_, signals_, ranks, {&out_console, &err_console})
-      .supervise(result, [&job_namespace] { job_namespace.remove_all(); });
+  Supervisor(plan_, signals_, ranks, out_console, err_console).supervise(result, [&job_namespace] {
+    job_namespace.remove_all();
+  });
   job_namespace.remove_all();
   return result;
 }

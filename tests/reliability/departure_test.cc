@@ -196,6 +196,17 @@ TEST(DepartureTest, ALateRankLearnsOfThePeerThatTimedOutInItsNextCall) {
   });
 }
 
+// Rank 0's side of the timeout cases: a 300 ms timeout, and an all-reduce the late rank has not
+// called, which must end in a TimeoutError.
+void time_out_in_all_reduce(Tensor& tensor) {
+  default_group()->set_timeout(std::chrono::milliseconds(300));
+  try {
+    all_reduce(tensor);
+    throw testing::RequirementFailed("rank 0 went on without the late rank");
+  } catch (const TimeoutError&) {
+  }
+}
+
 // The same with a 1 MiB all-reduce, whose ranks read and write each other's tensors (the work
 // pool): rank 0's caller has its TimeoutError and reuses the tensor (it writes -5 there), so the
 // late rank and the ranks between fail that all-reduce, naming rank 0's timeout, and leave the
@@ -206,12 +217,7 @@ TEST(DepartureTest, ALateRankLeavesTheTensorsOfAPeerThatTimedOutAlone) {
     const int late = ctx.world - 1;
     Tensor tensor = full({kElements}, ctx.rank + 1, kInt32).npu();
     if (ctx.rank == 0) {
-      default_group()->set_timeout(std::chrono::milliseconds(300));
-      try {
-        all_reduce(tensor);
-        throw testing::RequirementFailed("rank 0 went on without the late rank");
-      } catch (const TimeoutError&) {
-      }
+      time_out_in_all_reduce(tensor);
       tensor.fill_(-5);
       shared.step.post(1);
       outlive_the_survivors(ctx, shared);
@@ -266,12 +272,7 @@ TEST(DepartureTest, APeerTimingOutAsTheLateRankEntersWaitsForItToLeaveItsTensors
     staged::g_timer = ctx.rank == 0;
     if (ctx.rank == 0 || ctx.rank == late) fault::set_hook(staged::hook);
     if (ctx.rank == 0) {
-      default_group()->set_timeout(std::chrono::milliseconds(300));
-      try {
-        all_reduce(tensor);
-        throw testing::RequirementFailed("rank 0 went on without the late rank");
-      } catch (const TimeoutError&) {
-      }
+      time_out_in_all_reduce(tensor);
       require(tensor.cpu().to_vector<int32_t>() == sum,
               "rank 0's caller got its TimeoutError while a peer still wrote its tensor");
       tensor.fill_(-5);
