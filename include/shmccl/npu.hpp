@@ -23,8 +23,13 @@ struct EventState;
 
 class Event;
 
-// Number of simulated devices (SHMCCL_NPU_DEVICE_COUNT, default 8).
+// Number of simulated devices this process sees: the host has SHMCCL_NPU_DEVICE_COUNT (default
+// 8); ASCEND_RT_VISIBLE_DEVICES="4,5" shows only those, as devices 0 and 1 (as torch_npu). A
+// malformed list is an InvalidArgument naming it, from this and every device call.
 int device_count();
+// The host's index of `device` (-1: the current device): its entry in ASCEND_RT_VISIBLE_DEVICES,
+// or `device` itself when the variable is unset.
+int physical_device(int device = -1);
 // Selects the calling thread's current device; out of range is an InvalidArgument.
 void set_device(int device);
 int current_device();

@@ -7,12 +7,14 @@
 
 #include <array>
 #include <atomic>
+#include <cstdlib>
 #include <mutex>
 #include <vector>
 
 #include "core/check.h"
 #include "core/config.h"
 #include "core/logging.h"
+#include "device/visible_devices.h"
 #include "shmccl/npu.hpp"
 
 namespace shmccl::device {
@@ -120,9 +122,14 @@ void set_thread_stream(int device, std::shared_ptr<npu::detail::StreamImpl> stre
 int resolve_device(int device) {
   const int resolved = device == -1 ? t_current_device : device;
   const int count = npu::device_count();
-  SHMCCL_CHECK_ARG(resolved >= 0 && resolved < count, "invalid NPU device ", resolved, ": ", count,
-                   " devices are available (SHMCCL_NPU_DEVICE_COUNT)");
-  return resolved;
+  if (resolved >= 0 && resolved < count) [[likely]]
+    return resolved;
+  const char* visible = std::getenv(kVisibleDevicesVariable);
+  throw InvalidArgument(::shmccl::detail::concat(
+      "invalid NPU device ", resolved, ": ", count, " devices are available (",
+      visible != nullptr ? ::shmccl::detail::concat(kVisibleDevicesVariable, "=", visible)
+                         : std::string("SHMCCL_NPU_DEVICE_COUNT"),
+      ")"));
 }
 
 std::shared_ptr<npu::detail::StreamImpl> new_stream(int device) {
@@ -166,18 +173,41 @@ int device_of_pointer(const void* pointer) {
 
 namespace shmccl::npu {
 
-int device_count() {
-  // Read once: device indices are checked on every tensor operation.
-  static const int count = [] {
+namespace {
+
+// The physical index of each device this process sees. Read once: device indices are checked on
+// every tensor operation. A malformed ASCEND_RT_VISIBLE_DEVICES throws, here and at every later
+// call (a static whose initialisation threw is tried again).
+const std::vector<int>& visible_devices() {
+  static const std::vector<int> devices = [] {
+    int host_count = 8;
     const int64_t configured = config::get_int("SHMCCL_NPU_DEVICE_COUNT");
     if (configured < 1 || configured > device::kMaxDevices) {
       SHMCCL_WARN(kDevice, "SHMCCL_NPU_DEVICE_COUNT=", configured, " is out of range [1, ",
                   device::kMaxDevices, "]; using 8");
-      return 8;
+    } else {
+      host_count = static_cast<int>(configured);
     }
-    return static_cast<int>(configured);
+    if (const char* visible = std::getenv(device::kVisibleDevicesVariable)) {
+      return device::parse_visible_devices(visible, host_count);
+    }
+    std::vector<int> all(static_cast<size_t>(host_count));
+    for (int index = 0; index < host_count; ++index)
+      all[static_cast<size_t>(index)] = index;
+    return all;
   }();
+  return devices;
+}
+
+}  // namespace
+
+int device_count() {
+  static const int count = static_cast<int>(visible_devices().size());
   return count;
+}
+
+int physical_device(int device) {
+  return visible_devices()[static_cast<size_t>(device::resolve_device(device))];
 }
 
 void set_device(int device) {

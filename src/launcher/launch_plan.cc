@@ -15,6 +15,7 @@
 
 #include "core/config.h"
 #include "core/file_descriptor.h"
+#include "device/visible_devices.h"
 #include "launcher/child_process.h"
 #include "launcher/job_namespace.h"
 
@@ -70,6 +71,37 @@ void make_directories(const std::string& path) {
     }
     if (slash == std::string::npos) return;
   }
+}
+
+// --virtual-local-rank: the physical NPU of each local rank, as torchrun maps CUDA devices: the
+// rank's entry of the inherited list, else its local rank (here modulo the host's simulated
+// devices, so that more ranks than devices share them, as `rank % device_count()` does).
+std::vector<std::string> virtual_devices(int world_size) {
+  const int64_t configured = config::get_int("SHMCCL_NPU_DEVICE_COUNT");
+  const int host_count = configured >= 1 && configured <= 64 ? static_cast<int>(configured) : 8;
+  std::vector<std::string> devices;
+  const char* inherited = std::getenv(device::kVisibleDevicesVariable);
+  if (inherited == nullptr) {
+    for (int rank = 0; rank < world_size; ++rank)
+      devices.push_back(std::to_string(rank % host_count));
+    return devices;
+  }
+  std::vector<int> listed;
+  try {
+    listed = device::parse_visible_devices(inherited, host_count);
+  } catch (const std::exception& error) {
+    throw LaunchError(std::string("--virtual-local-rank: ") + error.what(), 2);
+  }
+  if (static_cast<int>(listed.size()) < world_size) {
+    throw LaunchError("--virtual-local-rank: local rank " + std::to_string(listed.size()) +
+                          " has no device: " + device::kVisibleDevicesVariable + "=" + inherited +
+                          " lists " + std::to_string(listed.size()) + " for " +
+                          std::to_string(world_size) + " ranks",
+                      2);
+  }
+  for (int rank = 0; rank < world_size; ++rank)
+    devices.push_back(std::to_string(listed[static_cast<size_t>(rank)]));
+  return devices;
 }
 
 }  // namespace
@@ -132,12 +164,22 @@ LaunchPlan make_launch_plan(const Options& options, std::vector<std::string>* wa
           : plan_bindings(options.numa, CpuTopology::detect(), plan.world_size, &warning);
   if (!warning.empty() && warnings != nullptr) warnings->push_back(warning);
 
+  std::vector<std::string> devices;
+  if (options.virtual_local_rank) devices = virtual_devices(plan.world_size);
+
   std::string log_dir = options.log_dir.value_or("");
+  unsigned duplicated = kNoStream;  // streams of any rank the filters see
   for (int rank = 0; rank < plan.world_size; ++rank) {
     RankPlan rank_plan;
     rank_plan.rank = rank;
     rank_plan.routing = route_output(options, rank);
     rank_plan.binding = bindings[static_cast<size_t>(rank)];
+    if (!devices.empty()) rank_plan.visible_device = devices[static_cast<size_t>(rank)];
+    // torchrun duplicates the lines of teed streams: those written to the log and shown.
+    rank_plan.duplicated = rank_plan.routing.file & rank_plan.routing.console &
+                           ((options.duplicate_stdout_filters.empty() ? 0u : kStdout) |
+                            (options.duplicate_stderr_filters.empty() ? 0u : kStderr));
+    duplicated |= rank_plan.duplicated;
     if (rank_plan.routing.file != kNoStream && log_dir.empty()) {
       // torchrun's behaviour: --redirects/--tee without --log-dir log to a temporary directory.
       std::string temporary = "/tmp/shmrun-" + sanitize_run_id(plan.run_id) + "-XXXXXX";
@@ -154,6 +196,23 @@ LaunchPlan make_launch_plan(const Options& options, std::vector<std::string>* wa
     plan.ranks.push_back(std::move(rank_plan));
   }
   if (options.log_dir) make_directories(*options.log_dir);
+  const auto plan_duplicate = [&](const std::vector<std::string>& filters, StreamMask stream,
+                                  const char* name, DuplicatePlan& out) {
+    if (filters.empty()) return;
+    const std::string flag =
+        stream == kStdout ? "--duplicate-stdout-filters" : "--duplicate-stderr-filters";
+    if (!(duplicated & stream)) {
+      if (warnings != nullptr) {
+        warnings->push_back(flag + " copies nothing: no rank's " + name +
+                            " is teed (--tee, or --log-dir alone)");
+      }
+      return;
+    }
+    out.filters = filters;
+    out.file = log_dir + "/filtered_" + name + ".log";
+  };
+  plan_duplicate(options.duplicate_stdout_filters, kStdout, "stdout", plan.duplicate_stdout);
+  plan_duplicate(options.duplicate_stderr_filters, kStderr, "stderr", plan.duplicate_stderr);
   return plan;
 }
 
@@ -162,16 +221,23 @@ std::vector<std::string> LaunchPlan::rank_env(int rank, int restart_count,
   std::vector<std::string> env;
   env.reserve(base_env.size() + 24);
   const std::set<std::string>& owned = owned_variables();
+  const size_t index = static_cast<size_t>(rank);
+  const std::optional<std::string> device =
+      index < ranks.size() ? ranks[index].visible_device : std::nullopt;
   for (const std::string& entry : base_env) {
     const std::string name = entry.substr(0, entry.find('='));
-    if (owned.count(name) == 0 && !(timeout && name == "SHMCCL_TIMEOUT")) env.push_back(entry);
+    if (owned.count(name) == 0 && !(timeout && name == "SHMCCL_TIMEOUT") &&
+        !(device && name == device::kVisibleDevicesVariable)) {
+      env.push_back(entry);
+    }
   }
   auto set = [&env](const char* name, const std::string& value) {
     env.push_back(std::string(name) + "=" + value);
   };
   const std::string world = std::to_string(world_size);
   set("RANK", std::to_string(rank));
-  set("LOCAL_RANK", std::to_string(rank));  // one node: local rank == rank
+  // One node: local rank == rank, except that a rank with a virtual local rank is always 0.
+  set("LOCAL_RANK", device ? "0" : std::to_string(rank));
   set("WORLD_SIZE", world);
   set("LOCAL_WORLD_SIZE", world);
   set("GROUP_RANK", "0");
@@ -189,6 +255,7 @@ std::vector<std::string> LaunchPlan::rank_env(int rank, int restart_count,
   set("SHMCCL_LAUNCHER_PID", std::to_string(getpid()));
   set("SHMCCL_LOCK_FD", std::to_string(lock_fd));
   if (timeout) set("SHMCCL_TIMEOUT", *timeout);
+  if (device) set(device::kVisibleDevicesVariable, *device);
   return env;
 }
 

@@ -22,6 +22,16 @@ struct RankPlan {
   OutputRouting routing;
   Binding binding;
   std::string log_file;  // empty: none
+  // Teed streams (kStdout, kStderr bits) whose lines the duplicate filters see.
+  unsigned duplicated = kNoStream;
+  // --virtual-local-rank: the one physical NPU the rank sees (ASCEND_RT_VISIBLE_DEVICES).
+  std::optional<std::string> visible_device;
+};
+
+// --duplicate-stdout-filters or --duplicate-stderr-filters: one file for every rank's lines.
+struct DuplicatePlan {
+  std::vector<std::string> filters;  // empty: none
+  std::string file;                  // <log dir>/filtered_std{out,err}.log
 };
 
 struct LaunchPlan {
@@ -43,6 +53,8 @@ struct LaunchPlan {
   bool prefix = true;
   bool verbose = false;
   std::string trace_file;  // SHMCCL_TRACE_FILE, for the failure summary
+  DuplicatePlan duplicate_stdout;
+  DuplicatePlan duplicate_stderr;
   std::vector<RankPlan> ranks;
 
   // The whole environment of `rank` in one attempt.

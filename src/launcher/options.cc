@@ -128,6 +128,24 @@ std::vector<int> signal_list(const std::string& flag, std::string_view value) {
   return signals;
 }
 
+// torchrun's comma_separated_list: "a,b" is two filters, ",," a literal comma. Empty entries are
+// dropped: an empty filter would match every line.
+std::vector<std::string> filter_list(std::string_view value) {
+  std::vector<std::string> filters(1);
+  for (size_t i = 0; i < value.size(); ++i) {
+    if (value[i] != ',') {
+      filters.back() += value[i];
+    } else if (i + 1 < value.size() && value[i + 1] == ',') {
+      filters.back() += ',';
+      ++i;
+    } else {
+      filters.emplace_back();
+    }
+  }
+  std::erase_if(filters, [](const std::string& filter) { return filter.empty(); });
+  return filters;
+}
+
 struct Flag {
   std::vector<std::string_view> names;  // normalized: no leading dashes, '-' not '_'
   bool takes_value;
@@ -269,6 +287,19 @@ const std::vector<Flag>& flags() {
          o.local_ranks_filter = std::move(ranks);
        }},
       {{"no-prefix"}, false, [](Options& o, auto&, auto&) { o.prefix = false; }},
+      {{"duplicate-stdout-filters"},
+       true,
+       [](Options& o, auto&, const std::string& v) {
+         o.duplicate_stdout_filters = filter_list(v);
+       }},
+      {{"duplicate-stderr-filters"},
+       true,
+       [](Options& o, auto&, const std::string& v) {
+         o.duplicate_stderr_filters = filter_list(v);
+       }},
+      {{"virtual-local-rank"},
+       false,
+       [](Options& o, auto&, auto&) { o.virtual_local_rank = true; }},
       {{"numa-binding"},
        true,
        [](Options& o, const std::string& f, const std::string& v) {
@@ -401,10 +432,13 @@ std::vector<std::string> environment_options(const std::function<const char*(con
                                             "redirects",
                                             "tee",
                                             "local-ranks-filter",
+                                            "duplicate-stdout-filters",
+                                            "duplicate-stderr-filters",
                                             "local-addr",
                                             "signals-to-handle",
                                             "shutdown-timeout"};
-  static constexpr const char* kSwitches[] = {"standalone", "no-python", "module", "run-path"};
+  static constexpr const char* kSwitches[] = {"standalone", "no-python", "module", "run-path",
+                                              "virtual-local-rank"};
   auto variable_of = [](std::string_view flag) {
     std::string name = "PET_";
     for (char c : flag)
@@ -487,10 +521,21 @@ Output:
                             send stdout (1), stderr (2) or both (3) to the log file only
   -t, --tee 0-3|LR:0-3,...  send those streams to the log file and the console
   --local-ranks-filter 0,3  show only these ranks' output on the console
+  --duplicate-stdout-filters TEXT,...
+                            also copy teed stdout lines that contain any TEXT (",," is a
+                            comma) to DIR/filtered_stdout.log, every rank's in one file
+  --duplicate-stderr-filters TEXT,...
+                            the same for stderr, to DIR/filtered_stderr.log
+
+  -v, --verbose             log what shmrun does (ranks, pids, bindings)
+
+Placement:
   --numa-binding none|node|exclusive|core
                             bind each rank to a NUMA node, an exclusive set of cores of its
                             node, or one core [none]
-  -v, --verbose             log what shmrun does (ranks, pids, bindings)
+  --virtual-local-rank      each rank sees only its own NPU, as device 0: LOCAL_RANK=0 and
+                            ASCEND_RT_VISIBLE_DEVICES=<its entry of the inherited list, else
+                            its local rank>
 
 Other modes:
   --cleanup [NAMESPACE...]  remove shared-memory segments of jobs whose launcher is gone

@@ -67,6 +67,13 @@ struct Options {
   std::optional<std::string> log_dir;
   std::optional<std::vector<int>> local_ranks_filter;
   bool prefix = true;
+  // Teed lines that contain any of these go to <log dir>/filtered_stdout.log (and
+  // filtered_stderr.log), all ranks together.
+  std::vector<std::string> duplicate_stdout_filters;
+  std::vector<std::string> duplicate_stderr_filters;
+
+  // Each rank sees only its own NPU, as device 0, with LOCAL_RANK=0 (ASCEND_RT_VISIBLE_DEVICES).
+  bool virtual_local_rank = false;
 
   NumaMode numa = NumaMode::kNone;
   bool verbose = false;

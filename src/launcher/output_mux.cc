@@ -92,8 +92,24 @@ void RankStream::finish() {
   partial_.clear();
 }
 
+bool DuplicateSink::matches(std::string_view line) const {
+  return std::any_of(filters.begin(), filters.end(),
+                     [line](const std::string& filter) { return line.find(filter) != line.npos; });
+}
+
 void RankStream::emit(std::string_view lines) {
   if (file_fd_ >= 0) write_all(file_fd_, lines);
+  if (duplicate_ != nullptr) {
+    std::string copied;
+    for (size_t start = 0; start < lines.size();) {
+      const size_t end = lines.find('\n', start);  // every chunk ends with '\n'
+      const std::string_view line = lines.substr(start, end - start + 1);
+      if (duplicate_->matches(line.substr(0, line.size() - 1))) copied.append(prefix_).append(line);
+      start = end + 1;
+    }
+    // One write per chunk of lines: O_APPEND keeps each whole even next to other writers.
+    if (!copied.empty()) write_all(duplicate_->fd, copied);
+  }
   if (console_ == nullptr) return;
   if (prefix_.empty()) {
     console_->write(lines);

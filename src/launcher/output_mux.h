@@ -9,6 +9,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "launcher/console_sink.h"
 #include "launcher/options.h"
@@ -26,11 +27,21 @@ struct OutputRouting {
 // does not name from the console (their log files are still written).
 OutputRouting route_output(const Options& options, int local_rank);
 
+// torchrun's --duplicate-stdout-filters / --duplicate-stderr-filters: the lines that contain any
+// of `filters` are also written to `fd` (one file for every rank), prefixed as on the console.
+struct DuplicateSink {
+  std::vector<std::string> filters;
+  int fd = -1;  // not owned
+  bool matches(std::string_view line) const;
+};
+
 class RankStream {
  public:
-  // `console` null: not shown; `file_fd` -1: not logged. Neither is owned.
-  RankStream(ConsoleSink* console, std::string prefix, int file_fd)
-      : console_(console), prefix_(std::move(prefix)), file_fd_(file_fd) {}
+  // `console` null: not shown; `file_fd` -1: not logged; `duplicate` null: no line copied.
+  // None is owned.
+  RankStream(ConsoleSink* console, std::string prefix, int file_fd,
+             const DuplicateSink* duplicate = nullptr)
+      : console_(console), prefix_(std::move(prefix)), file_fd_(file_fd), duplicate_(duplicate) {}
 
   // Reads `fd` (non-blocking) until it would block or `budget` bytes were read (a rank that
   // writes without pause must not keep the supervisor from its other events); false once it
@@ -50,6 +61,7 @@ class RankStream {
   ConsoleSink* console_;
   std::string prefix_;
   int file_fd_;
+  const DuplicateSink* duplicate_;
   std::string partial_;  // the start of a line whose '\n' has not arrived yet
 };
 

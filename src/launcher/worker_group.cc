@@ -445,9 +445,26 @@ class Supervisor {
   std::optional<int> signal_;
 };
 
+// The files of --duplicate-std{out,err}-filters for one attempt, shared by every rank.
+struct DuplicateFiles {
+  FileDescriptor out_file, err_file;
+  DuplicateSink out, err;
+
+  DuplicateFiles(const LaunchPlan& plan, int restart_count) {
+    if (!plan.duplicate_stdout.file.empty()) {
+      out_file = open_log_file(plan.duplicate_stdout.file, restart_count);
+      out = DuplicateSink{plan.duplicate_stdout.filters, out_file.get()};
+    }
+    if (!plan.duplicate_stderr.file.empty()) {
+      err_file = open_log_file(plan.duplicate_stderr.file, restart_count);
+      err = DuplicateSink{plan.duplicate_stderr.filters, err_file.get()};
+    }
+  }
+};
+
 Rank start_rank(const LaunchPlan& plan, const RankPlan& rank_plan, int restart_count,
                 const JobNamespace& job_namespace, ConsoleSink& out_console,
-                ConsoleSink& err_console) {
+                ConsoleSink& err_console, const DuplicateFiles& duplicates) {
   Rank rank;
   rank.plan = &rank_plan;
   if (!rank_plan.log_file.empty()) {
@@ -459,11 +476,14 @@ Rank start_rank(const LaunchPlan& plan, const RankPlan& rank_plan, int restart_c
   auto [out_read, out_write] = make_pipe();
   auto [err_read, err_write] = make_pipe();
   rank.out.read_end = std::move(out_read);
-  rank.out.stream = std::make_unique<RankStream>(console & kStdout ? &out_console : nullptr, prefix,
-                                                 file & kStdout ? rank.log_file.get() : -1);
+  const unsigned duplicated = rank_plan.duplicated;
+  rank.out.stream = std::make_unique<RankStream>(
+      console & kStdout ? &out_console : nullptr, prefix, file & kStdout ? rank.log_file.get() : -1,
+      duplicated & kStdout && duplicates.out.fd >= 0 ? &duplicates.out : nullptr);
   rank.err.read_end = std::move(err_read);
-  rank.err.stream = std::make_unique<RankStream>(console & kStderr ? &err_console : nullptr, prefix,
-                                                 file & kStderr ? rank.log_file.get() : -1);
+  rank.err.stream = std::make_unique<RankStream>(
+      console & kStderr ? &err_console : nullptr, prefix, file & kStderr ? rank.log_file.get() : -1,
+      duplicated & kStderr && duplicates.err.fd >= 0 ? &duplicates.err : nullptr);
 
   SpawnRequest request;
   request.path = plan.program_path;
@@ -493,11 +513,12 @@ AttemptResult WorkerGroup::run(int restart_count) {
 
   const auto start = Clock::now();
   ConsoleSink out_console(STDOUT_FILENO), err_console(STDERR_FILENO);
+  const DuplicateFiles duplicates(plan_, restart_count);
   std::vector<Rank> ranks;  // declared after the namespace: ranks are reaped before removal
   ranks.reserve(plan_.ranks.size());  // never reallocated: the loop's handlers point into it
   for (const RankPlan& rank_plan : plan_.ranks) {
-    ranks.push_back(
-        start_rank(plan_, rank_plan, restart_count, job_namespace, out_console, err_console));
+    ranks.push_back(start_rank(plan_, rank_plan, restart_count, job_namespace, out_console,
+                               err_console, duplicates));
   }
   SHMCCL_INFO(kLaunch, "started ", ranks.size(), " ranks in ",
               std::chrono::duration<double, std::milli>(Clock::now() - start).count(),

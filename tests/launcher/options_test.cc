@@ -99,6 +99,24 @@ TEST(Options, AcceptsTheRestOfTorchrunsOptions) {
     EXPECT_NO_THROW(parse({"--start-method", method, "p"})) << method;
 }
 
+TEST(Options, DuplicateFiltersAreCommaSeparatedWithDoubledCommasLiteral) {
+  const Options options = parse(
+      {"--duplicate-stdout-filters", "loss,a,,b,,", "--duplicate_stderr_filters=NCCL WARN", "p"});
+  EXPECT_EQ(options.duplicate_stdout_filters, (std::vector<std::string>{"loss", "a,b,"}));
+  EXPECT_EQ(options.duplicate_stderr_filters, std::vector<std::string>{"NCCL WARN"});
+  EXPECT_TRUE(parse({"--duplicate-stdout-filters", ",", "p"}).duplicate_stdout_filters.empty())
+      << "empty filters would copy every line: dropped";
+  EXPECT_TRUE(parse({"--duplicate-stdout-filters=", "p"}).duplicate_stdout_filters.empty());
+  EXPECT_TRUE(parse({"p"}).duplicate_stderr_filters.empty());
+}
+
+TEST(Options, VirtualLocalRankIsASwitch) {
+  EXPECT_TRUE(parse({"--virtual-local-rank", "p"}).virtual_local_rank);
+  EXPECT_TRUE(parse({"--virtual_local_rank", "p"}).virtual_local_rank);
+  EXPECT_FALSE(parse({"p"}).virtual_local_rank);
+  EXPECT_THROW(parse({"--virtual-local-rank=1", "p"}), UsageError) << "torchrun takes no value";
+}
+
 TEST(Options, RdzvEndpointSetsTheMaster) {
   const Options options = parse({"--rdzv-backend=c10d", "--rdzv-endpoint", "localhost:29400", "p"});
   EXPECT_EQ(options.master_addr, "localhost");
@@ -157,10 +175,15 @@ TEST(Options, RejectsMalformedCommandLines) {
 // torchrun's PET_<NAME> variables (Kubeflow's PyTorchJob sets PET_NPROC_PER_NODE, PET_NNODES,
 // PET_MASTER_ADDR...) give options; the command line's own come after them and win.
 TEST(Options, PetVariablesGiveOptionsTheCommandLineOverrides) {
-  const std::map<std::string, std::string> env = {
-      {"PET_NPROC_PER_NODE", "4"}, {"PET_NNODES", "1"},     {"PET_MASTER_ADDR", "10.0.0.9"},
-      {"PET_ROLE", "trainer"},     {"PET_STANDALONE", "1"}, {"PET_NO_PYTHON", "0"},
-      {"PET_UNRELATED", "x"}};
+  const std::map<std::string, std::string> env = {{"PET_NPROC_PER_NODE", "4"},
+                                                  {"PET_NNODES", "1"},
+                                                  {"PET_MASTER_ADDR", "10.0.0.9"},
+                                                  {"PET_ROLE", "trainer"},
+                                                  {"PET_STANDALONE", "1"},
+                                                  {"PET_NO_PYTHON", "0"},
+                                                  {"PET_UNRELATED", "x"},
+                                                  {"PET_VIRTUAL_LOCAL_RANK", "1"},
+                                                  {"PET_DUPLICATE_STDOUT_FILTERS", "loss,step"}};
   auto get = [&env](const char* name) -> const char* {
     const auto found = env.find(name);
     return found == env.end() ? nullptr : found->second.c_str();
@@ -168,13 +191,16 @@ TEST(Options, PetVariablesGiveOptionsTheCommandLineOverrides) {
   std::vector<std::string> args = environment_options(get);
   EXPECT_EQ(args,
             (std::vector<std::string>{"--nproc-per-node=4", "--nnodes=1", "--master-addr=10.0.0.9",
-                                      "--role=trainer", "--standalone"}));
+                                      "--role=trainer", "--duplicate-stdout-filters=loss,step",
+                                      "--standalone", "--virtual-local-rank"}));
   args.insert(args.end(), {"--nproc-per-node", "2", "prog"});
   const Options options = parse(args);
   EXPECT_EQ(options.nproc_per_node, 2) << "the command line wins";
   EXPECT_EQ(options.master_addr, "10.0.0.9");
   EXPECT_EQ(options.role, "trainer");
   EXPECT_TRUE(options.standalone);
+  EXPECT_TRUE(options.virtual_local_rank);
+  EXPECT_EQ(options.duplicate_stdout_filters, (std::vector<std::string>{"loss", "step"}));
   EXPECT_EQ(options.command, std::vector<std::string>{"prog"});
 }
 

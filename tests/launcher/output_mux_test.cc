@@ -61,6 +61,28 @@ TEST(RankStream, PrefixesCompleteLinesAndHoldsPartialOnes) {
   EXPECT_EQ(Pipes::take(pipes.file), "one\ntwo\nthree\n") << "files get bare lines";
 }
 
+TEST(RankStream, CopiesTheLinesThatContainAFilterWithTheConsolePrefix) {
+  Pipes pipes;
+  const int filtered = memfd_create("filtered", MFD_CLOEXEC);
+  ConsoleSink console(pipes.console);
+  const DuplicateSink duplicate{{"loss", "NaN"}, filtered};
+  RankStream stream(&console, "[rank1]:", pipes.file, &duplicate);
+  pipes.write("step 1 loss 0.5\nstep 1 lr 3\ngrad NaN\nlo");
+  EXPECT_TRUE(stream.drain(pipes.source[0], kLots));
+  EXPECT_EQ(Pipes::take(filtered), "[rank1]:step 1 loss 0.5\n[rank1]:grad NaN\n");
+  pipes.write("ss split across reads\nnothing\n");
+  EXPECT_TRUE(stream.drain(pipes.source[0], kLots));
+  EXPECT_EQ(Pipes::take(filtered), "[rank1]:loss split across reads\n")
+      << "a line is matched whole, however it arrived";
+  EXPECT_EQ(Pipes::take(pipes.file),
+            "step 1 loss 0.5\nstep 1 lr 3\ngrad NaN\nloss split across reads\nnothing\n")
+      << "the rank's own log keeps every line";
+  EXPECT_EQ(Pipes::take(pipes.console),
+            "[rank1]:step 1 loss 0.5\n[rank1]:step 1 lr 3\n[rank1]:grad NaN\n"
+            "[rank1]:loss split across reads\n[rank1]:nothing\n");
+  close(filtered);
+}
+
 TEST(RankStream, CutsOverlongLines) {
   Pipes pipes;
   ConsoleSink console(pipes.console);

@@ -11,6 +11,9 @@
 //   collectives       all-reduce and uneven all-gather of NPU tensors large enough for the work
 //                     pool (each rank reads and writes its peers' memory), checked; prints
 //                     "ok rank=R" (exit 1 with "wrong ..." on stderr otherwise)
+//   devices           prints "devices rank=R local_rank=L count=C physical=P" for the device
+//                     LOCAL_RANK % device_count(), then runs `collectives` on it; a device call
+//                     that throws prints "error: <what>" and exits 3
 #include <signal.h>
 #include <unistd.h>
 
@@ -66,7 +69,7 @@ bool wait_until_inside(const std::string& markers, int rank,
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: shmccl_worker die RANK MARKERS | dump | collectives\n");
+    std::fprintf(stderr, "usage: shmccl_worker die RANK MARKERS | dump | collectives | devices\n");
     return 64;
   }
   const std::string mode = argv[1];
@@ -76,8 +79,23 @@ int main(int argc, char** argv) {
   shmccl::Tensor t = shmccl::ones({4}, shmccl::kFloat32);
   for (int i = 0; i < 3; ++i)
     shmccl::all_reduce(t);
-  if (mode == "collectives") {
+  if (mode == "devices") {
+    const char* local_rank_text = std::getenv("LOCAL_RANK");
+    const int local_rank = local_rank_text != nullptr ? std::atoi(local_rank_text) : rank;
+    try {
+      const int count = shmccl::npu::device_count();
+      shmccl::npu::set_device(local_rank % count);
+      std::printf("devices rank=%d local_rank=%d count=%d physical=%d\n", rank, local_rank, count,
+                  shmccl::npu::physical_device());
+      std::fflush(stdout);
+    } catch (const shmccl::Error& error) {
+      std::printf("error: %s\n", error.what());
+      return 3;
+    }
+  } else if (mode == "collectives") {
     shmccl::npu::set_device(rank % shmccl::npu::device_count());
+  }
+  if (mode == "collectives" || mode == "devices") {
     const int64_t n = 1 << 18;
     shmccl::Tensor reduced = shmccl::full({n}, int64_t{rank} + 1, shmccl::kInt64).npu();
     shmccl::all_reduce(reduced);

@@ -12,20 +12,6 @@
 namespace shmccl::launcher::testing {
 namespace {
 
-// rank -> (NAME -> value), from the "[rankN]:NAME=value" lines of `test_worker env`.
-std::map<int, std::map<std::string, std::string>> parse_env(const std::string& out) {
-  std::map<int, std::map<std::string, std::string>> by_rank;
-  std::istringstream in(out);
-  for (std::string line; std::getline(in, line);) {
-    int rank = -1, consumed = 0;
-    if (std::sscanf(line.c_str(), "[rank%d]:%n", &rank, &consumed) != 1 || consumed == 0) continue;
-    const size_t eq = line.find('=', static_cast<size_t>(consumed));
-    if (eq == std::string::npos) continue;
-    by_rank[rank][line.substr(consumed, eq - consumed)] = line.substr(eq + 1);
-  }
-  return by_rank;
-}
-
 class EnvTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(EnvTest, EveryRankGetsTheLauncherVariables) {

@@ -17,10 +17,13 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -254,6 +257,20 @@ inline std::vector<pid_t> rank_pids(const std::string& err) {
   for (const std::string& pid : tokens_after(err, ": pid "))
     pids.push_back(std::stoi(pid));
   return pids;
+}
+
+// rank -> (NAME -> value), from the "[rankN]:NAME=value" lines of `test_worker env`.
+inline std::map<int, std::map<std::string, std::string>> parse_env(const std::string& out) {
+  std::map<int, std::map<std::string, std::string>> by_rank;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    int rank = -1, consumed = 0;
+    if (std::sscanf(line.c_str(), "[rank%d]:%n", &rank, &consumed) != 1 || consumed == 0) continue;
+    const size_t eq = line.find('=', static_cast<size_t>(consumed));
+    if (eq == std::string::npos) continue;
+    by_rank[rank][line.substr(consumed, eq - consumed)] = line.substr(eq + 1);
+  }
+  return by_rank;
 }
 
 // Job namespaces from shmrun -v ("job namespace <ns> (lock ...)").

@@ -1,7 +1,7 @@
 // Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
 //
 // End to end: rank output on the console ("[rankN]:" prefixes, --no-prefix, the ranks filter)
-// and in log files (--log-dir, --redirects, --tee).
+// and in log files (--log-dir, --redirects, --tee, the duplicate filters).
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -161,6 +161,43 @@ TEST(Output, TeeAndRedirectsPerLocalRank) {
   EXPECT_NE(result.err.find("[rank0]:rank 0 err 0"), std::string::npos);
   EXPECT_NE(result.out.find("[rank1]:rank 1 line 0"), std::string::npos);
   EXPECT_EQ(result.err.find("[rank1]:rank 1 err 0"), std::string::npos) << result.err;
+}
+
+// torchrun's duplicate filters: the teed lines that contain a filter, of every rank, in one file
+// per stream; the console and the ranks' own logs are unchanged.
+TEST(Output, DuplicateFiltersCopyMatchingTeedLinesOfEveryRankToOneFile) {
+  TempDir dir;
+  const RunResult result = run_shmrun(
+      {"--log-dir", dir.path(), "--tee", "3", "--duplicate-stdout-filters", "line 1,line 3",
+       "--duplicate-stderr-filters", "err 2", "--nproc-per-node", "3", kWorker, "lines", "4"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  std::vector<std::string> out = lines_of(read_file(dir.path() + "/filtered_stdout.log"));
+  std::sort(out.begin(), out.end());
+  EXPECT_EQ(out, (std::vector<std::string>{"[rank0]:rank 0 line 1", "[rank0]:rank 0 line 3",
+                                           "[rank1]:rank 1 line 1", "[rank1]:rank 1 line 3",
+                                           "[rank2]:rank 2 line 1", "[rank2]:rank 2 line 3"}));
+  std::vector<std::string> err = lines_of(read_file(dir.path() + "/filtered_stderr.log"));
+  std::sort(err.begin(), err.end());
+  EXPECT_EQ(err, (std::vector<std::string>{"[rank0]:rank 0 err 2", "[rank1]:rank 1 err 2",
+                                           "[rank2]:rank 2 err 2"}));
+  expect_every_line(result.out, "line", 3, 4);
+  EXPECT_EQ(lines_of(read_file(dir.path() + "/rank2.log")).size(), 8u);
+}
+
+// As torchrun: only teed streams are copied (a rank the console filter hides, or a stream sent
+// to the file only, is not), and filters that can copy nothing are said to.
+TEST(Output, DuplicateFiltersSeeOnlyTeedStreams) {
+  TempDir dir;
+  const RunResult result =
+      run_shmrun({"--log-dir", dir.path(), "--tee", "1", "--redirects", "2", "--local-ranks-filter",
+                  "1", "--duplicate-stdout-filters", "line", "--duplicate-stderr-filters", "err",
+                  "--nproc-per-node", "2", kWorker, "lines", "1"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(read_file(dir.path() + "/filtered_stdout.log"), "[rank1]:rank 1 line 0\n");
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/filtered_stderr.log"));
+  EXPECT_NE(result.err.find("--duplicate-stderr-filters copies nothing: no rank's stderr is teed"),
+            std::string::npos)
+      << result.err;
 }
 
 }  // namespace

@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
           "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT",
           "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
           "SHMCCL_JOB_ID", "SHMCCL_NAMESPACE", "SHMCCL_TIMEOUT", "SHMCCL_LAUNCHER_PID",
-          "SHMCCL_LOCK_FD"}) {
+          "SHMCCL_LOCK_FD", "ASCEND_RT_VISIBLE_DEVICES"}) {
       const char* value = std::getenv(name);
       std::printf("%s=%s\n", name, value != nullptr ? value : "<unset>");
     }

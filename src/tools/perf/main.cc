@@ -49,14 +49,18 @@ std::string host_name() {
 
 // Every rank's pid and device, gathered so that rank 0 can print them.
 std::vector<RankInfo> gather_rank_info(int world) {
-  Tensor mine = from_vector<int64_t>({static_cast<int64_t>(getpid()), npu::current_device()});
-  Tensor all = zeros({2 * static_cast<int64_t>(world)}, kInt64);
+  constexpr int kFields = 3;
+  Tensor mine = from_vector<int64_t>(
+      {static_cast<int64_t>(getpid()), npu::current_device(), npu::physical_device()});
+  Tensor all = zeros({kFields * static_cast<int64_t>(world)}, kInt64);
   all_gather_into_tensor(all, mine);
   std::vector<RankInfo> ranks(static_cast<size_t>(world));
   const int64_t* values = all.data_ptr<int64_t>();
   for (int r = 0; r < world; ++r) {
+    const int64_t* rank_values = values + kFields * r;
     ranks[static_cast<size_t>(r)] =
-        RankInfo{r, static_cast<pid_t>(values[2 * r]), static_cast<int>(values[2 * r + 1])};
+        RankInfo{r, static_cast<pid_t>(rank_values[0]), static_cast<int>(rank_values[1]),
+                 static_cast<int>(rank_values[2])};
   }
   return ranks;
 }

@@ -38,7 +38,7 @@ void Report::header(const PerfOptions& options, int world, const std::string& ho
   print("\n#\n# Using devices\n");
   for (const RankInfo& info : ranks) {
     print("#  Rank %2d Group %2d Pid %6d on %10s device %2d [npu:%d] shmccl simulated NPU%s\n",
-          info.rank, 0, static_cast<int>(info.pid), host.c_str(), info.device, info.device,
+          info.rank, 0, static_cast<int>(info.pid), host.c_str(), info.device, info.physical_device,
           options.placement == Placement::kHost ? " (tensors in host memory)" : "");
   }
   print("#\n");

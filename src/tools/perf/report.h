@@ -30,7 +30,8 @@ struct Measurement {
 struct RankInfo {
   int rank = 0;
   pid_t pid = 0;
-  int device = 0;
+  int device = 0;           // the rank's device index
+  int physical_device = 0;  // the host's index of it (ASCEND_RT_VISIBLE_DEVICES)
 };
 
 // "8.41", "123.4", "12345": nccl-tests' precision for a time in microseconds.
