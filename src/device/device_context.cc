@@ -20,8 +20,6 @@
 namespace shmccl::device {
 namespace {
 
-constexpr int kMaxDevices = 64;
-
 // The state of one device, created on first use and never destroyed: tensors and streams may
 // outlive static destruction at exit, so their allocator must too.
 struct DeviceState {
@@ -180,14 +178,7 @@ namespace {
 // call (a static whose initialisation threw is tried again).
 const std::vector<int>& visible_devices() {
   static const std::vector<int> devices = [] {
-    int host_count = 8;
-    const int64_t configured = config::get_int("SHMCCL_NPU_DEVICE_COUNT");
-    if (configured < 1 || configured > device::kMaxDevices) {
-      SHMCCL_WARN(kDevice, "SHMCCL_NPU_DEVICE_COUNT=", configured, " is out of range [1, ",
-                  device::kMaxDevices, "]; using 8");
-    } else {
-      host_count = static_cast<int>(configured);
-    }
+    const int host_count = device::host_device_count();
     if (const char* visible = std::getenv(device::kVisibleDevicesVariable)) {
       return device::parse_visible_devices(visible, host_count);
     }

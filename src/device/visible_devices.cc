@@ -6,6 +6,8 @@
 #include <string>
 
 #include "core/check.h"
+#include "core/config.h"
+#include "core/logging.h"
 
 namespace shmccl::device {
 namespace {
@@ -18,6 +20,16 @@ std::string_view trim(std::string_view text) {
 }
 
 }  // namespace
+
+int host_device_count() {
+  const int64_t configured = config::get_int("SHMCCL_NPU_DEVICE_COUNT");
+  if (configured < 1 || configured > kMaxDevices) {
+    SHMCCL_WARN(kDevice, "SHMCCL_NPU_DEVICE_COUNT=", configured, " is out of range [1, ",
+                kMaxDevices, "]; using 8");
+    return 8;
+  }
+  return static_cast<int>(configured);
+}
 
 std::vector<int> parse_visible_devices(std::string_view value, int host_device_count) {
   const auto where = [&] {

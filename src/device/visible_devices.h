@@ -12,6 +12,11 @@
 namespace shmccl::device {
 
 inline constexpr const char* kVisibleDevicesVariable = "ASCEND_RT_VISIBLE_DEVICES";
+inline constexpr int kMaxDevices = 64;
+
+// The host's simulated devices: SHMCCL_NPU_DEVICE_COUNT, or 8 (with a warning) when it is out of
+// [1, kMaxDevices].
+int host_device_count();
 
 // The physical indices `value` lists: comma-separated integers in [0, host_device_count), each
 // at most once, blanks around them ignored. Anything else is an InvalidArgument naming the

@@ -77,8 +77,7 @@ void make_directories(const std::string& path) {
 // rank's entry of the inherited list, else its local rank (here modulo the host's simulated
 // devices, so that more ranks than devices share them, as `rank % device_count()` does).
 std::vector<std::string> virtual_devices(int world_size) {
-  const int64_t configured = config::get_int("SHMCCL_NPU_DEVICE_COUNT");
-  const int host_count = configured >= 1 && configured <= 64 ? static_cast<int>(configured) : 8;
+  const int host_count = device::host_device_count();
   std::vector<std::string> devices;
   const char* inherited = std::getenv(device::kVisibleDevicesVariable);
   if (inherited == nullptr) {
@@ -128,7 +127,24 @@ LaunchPlan make_launch_plan(const Options& options, std::vector<std::string>* wa
   for (char** entry = environ; *entry != nullptr; ++entry)
     plan.base_env.emplace_back(*entry);
 
-  plan.world_size = options.nproc_per_node > 0 ? options.nproc_per_node : usable_cpu_count();
+  switch (options.nproc_per_node) {
+    case Options::kAutoRanks:
+      plan.world_size = usable_cpu_count();
+      break;
+    case Options::kNpuRanks:
+      plan.world_size = device::host_device_count();
+      if (const char* visible = std::getenv(device::kVisibleDevicesVariable)) {
+        try {
+          plan.world_size =
+              static_cast<int>(device::parse_visible_devices(visible, plan.world_size).size());
+        } catch (const std::exception& error) {
+          throw LaunchError(std::string("--nproc-per-node npu: ") + error.what(), 2);
+        }
+      }
+      break;
+    default:
+      plan.world_size = options.nproc_per_node;
+  }
   plan.run_id = options.run_id ? *options.run_id : (options.standalone ? random_hex(16) : "none");
   plan.master_addr = options.master_addr;
   plan.master_port = options.master_port ? *options.master_port

@@ -157,9 +157,14 @@ const std::vector<Flag>& flags() {
       {{"nproc-per-node"},
        true,
        [](Options& o, const std::string& f, const std::string& v) {
-         o.nproc_per_node = (v == "auto" || v == "cpu")
-                                ? 0
-                                : int_value(f, v, 1, kMaxRanks, "a positive integer or 'auto'");
+         if (v == "auto" || v == "cpu") {
+           o.nproc_per_node = Options::kAutoRanks;
+         } else if (v == "npu") {
+           o.nproc_per_node = Options::kNpuRanks;
+         } else {
+           o.nproc_per_node =
+               int_value(f, v, 1, kMaxRanks, "a positive integer, 'auto', 'cpu' or 'npu'");
+         }
        }},
       {{"nnodes"},
        true,
@@ -489,7 +494,10 @@ Options use torchrun's spelling: --flag=value or --flag value, '-' or '_' in nam
 at `--` or at the program.
 
 Ranks:
-  --nproc-per-node N|auto   ranks to start (auto: one per usable core) [1]
+  --nproc-per-node N|auto|npu
+                            ranks to start (auto, cpu: one per usable core; npu: one per
+                            simulated NPU, ASCEND_RT_VISIBLE_DEVICES or
+                            SHMCCL_NPU_DEVICE_COUNT) [1]
   --nnodes 1, --node-rank 0 only one node is supported
   --master-addr ADDR        MASTER_ADDR given to the ranks [127.0.0.1]
   --master-port PORT        MASTER_PORT given to the ranks [29500]

@@ -42,7 +42,10 @@ std::vector<int> default_signals_to_handle();
 struct Options {
   Mode mode = Mode::kRun;
 
-  // Topology. nproc_per_node == 0 means "auto" (one rank per usable core).
+  // Topology. nproc_per_node == kAutoRanks: one rank per usable core; kNpuRanks: one per
+  // simulated NPU this shmrun sees.
+  static constexpr int kAutoRanks = 0;
+  static constexpr int kNpuRanks = -1;
   int nproc_per_node = 1;
   std::string master_addr = "127.0.0.1";
   std::optional<int> master_port;     // unset: 29500, or a free port with --standalone

@@ -24,7 +24,10 @@ TEST(Options, AcceptsTorchrunSpellings) {
     EXPECT_EQ(options.nproc_per_node, 4);
     EXPECT_EQ(options.command, std::vector<std::string>{"prog"});
   }
-  EXPECT_EQ(parse({"--nproc-per-node", "auto", "p"}).nproc_per_node, 0);
+  EXPECT_EQ(parse({"--nproc-per-node", "auto", "p"}).nproc_per_node, Options::kAutoRanks);
+  EXPECT_EQ(parse({"--nproc-per-node", "cpu", "p"}).nproc_per_node, Options::kAutoRanks);
+  EXPECT_EQ(parse({"--nproc-per-node", "npu", "p"}).nproc_per_node, Options::kNpuRanks);
+  EXPECT_THROW(parse({"--nproc-per-node", "gpu", "p"}), UsageError) << "no GPU here";
 }
 
 TEST(Options, OptionsEndAtTheProgram) {

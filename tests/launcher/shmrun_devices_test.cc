@@ -114,6 +114,30 @@ TEST(VirtualLocalRank, AListThatCannotServeEveryRankIsRefusedBeforeAnyRankStarts
       << malformed.err;
 }
 
+// `--nproc-per-node npu`: one rank per simulated NPU that shmrun sees, which with
+// --virtual-local-rank gives each NPU its rank.
+TEST(NprocPerNodeNpu, StartsOneRankPerVisibleDevice) {
+  const RunResult all =
+      run_shmrun({"--nproc-per-node", "npu", kWorker, "env"}, {"SHMCCL_NPU_DEVICE_COUNT=3"});
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  EXPECT_EQ(parse_env(all.out).size(), 3u) << all.out;
+  const RunResult listed =
+      run_shmrun({"--nproc-per-node", "npu", "--virtual-local-rank", kWorker, "env"},
+                 {"ASCEND_RT_VISIBLE_DEVICES=4,1"});
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  const auto env = parse_env(listed.out);
+  ASSERT_EQ(env.size(), 2u) << listed.out;
+  EXPECT_EQ(env.at(0).at("ASCEND_RT_VISIBLE_DEVICES"), "4");
+  EXPECT_EQ(env.at(1).at("ASCEND_RT_VISIBLE_DEVICES"), "1");
+  const RunResult malformed =
+      run_shmrun({"--nproc-per-node", "npu", kWorker, "env"}, {"ASCEND_RT_VISIBLE_DEVICES=2,2"});
+  EXPECT_EQ(malformed.exit_code, 2);
+  EXPECT_NE(malformed.err.find("--nproc-per-node npu: ASCEND_RT_VISIBLE_DEVICES='2,2': device 2 "
+                               "is listed twice"),
+            std::string::npos)
+      << malformed.err;
+}
+
 // Without --virtual-local-rank the list passes to every rank unchanged, and each sees the listed
 // devices in order.
 TEST(VisibleDevices, EveryRankSeesTheListedDevicesInOrder) {
