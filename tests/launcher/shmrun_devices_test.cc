@@ -40,6 +40,15 @@ std::map<int, SeenDevices> parse_devices(const std::string& out) {
   return by_rank;
 }
 
+// shmrun refused the launch (exit 2) with `message` on stderr, before any rank started.
+void expect_refused(const std::vector<std::string>& args, const std::string& visible_devices,
+                    const std::string& message) {
+  const RunResult result = run_shmrun(args, {"ASCEND_RT_VISIBLE_DEVICES=" + visible_devices});
+  EXPECT_EQ(result.exit_code, 2) << result.err;
+  EXPECT_NE(result.err.find(message), std::string::npos) << result.err;
+  EXPECT_EQ(result.out.find("[rank"), std::string::npos) << result.out;
+}
+
 class VirtualLocalRankTest : public ::testing::TestWithParam<int> {};
 
 // Each rank sees one NPU, its own, as device 0, and the collectives between them (zero-copy,
@@ -96,22 +105,12 @@ TEST(VirtualLocalRank, MoreRanksThanDevicesShareThem) {
 
 // A list that cannot give every rank a device stops the launch before any rank starts.
 TEST(VirtualLocalRank, AListThatCannotServeEveryRankIsRefusedBeforeAnyRankStarts) {
-  const RunResult short_list =
-      run_shmrun({"--virtual-local-rank", "--nproc-per-node", "3", kWorker, "env"},
-                 {"ASCEND_RT_VISIBLE_DEVICES=0,1"});
-  EXPECT_EQ(short_list.exit_code, 2);
-  EXPECT_NE(short_list.err.find("--virtual-local-rank: local rank 2 has no device: "
-                                "ASCEND_RT_VISIBLE_DEVICES=0,1 lists 2 for 3 ranks"),
-            std::string::npos)
-      << short_list.err;
-  EXPECT_EQ(short_list.out.find("[rank"), std::string::npos) << short_list.out;
-  const RunResult malformed =
-      run_shmrun({"--virtual-local-rank", kWorker, "env"}, {"ASCEND_RT_VISIBLE_DEVICES=0,x"});
-  EXPECT_EQ(malformed.exit_code, 2);
-  EXPECT_NE(malformed.err.find("--virtual-local-rank: ASCEND_RT_VISIBLE_DEVICES='0,x': 'x' is not "
-                               "a device index"),
-            std::string::npos)
-      << malformed.err;
+  expect_refused({"--virtual-local-rank", "--nproc-per-node", "3", kWorker, "env"}, "0,1",
+                 "--virtual-local-rank: local rank 2 has no device: "
+                 "ASCEND_RT_VISIBLE_DEVICES=0,1 lists 2 for 3 ranks");
+  expect_refused({"--virtual-local-rank", kWorker, "env"}, "0,x",
+                 "--virtual-local-rank: ASCEND_RT_VISIBLE_DEVICES='0,x': 'x' is not a device "
+                 "index");
 }
 
 // `--nproc-per-node npu`: one rank per simulated NPU that shmrun sees, which with
@@ -129,13 +128,9 @@ TEST(NprocPerNodeNpu, StartsOneRankPerVisibleDevice) {
   ASSERT_EQ(env.size(), 2u) << listed.out;
   EXPECT_EQ(env.at(0).at("ASCEND_RT_VISIBLE_DEVICES"), "4");
   EXPECT_EQ(env.at(1).at("ASCEND_RT_VISIBLE_DEVICES"), "1");
-  const RunResult malformed =
-      run_shmrun({"--nproc-per-node", "npu", kWorker, "env"}, {"ASCEND_RT_VISIBLE_DEVICES=2,2"});
-  EXPECT_EQ(malformed.exit_code, 2);
-  EXPECT_NE(malformed.err.find("--nproc-per-node npu: ASCEND_RT_VISIBLE_DEVICES='2,2': device 2 "
-                               "is listed twice"),
-            std::string::npos)
-      << malformed.err;
+  expect_refused({"--nproc-per-node", "npu", kWorker, "env"}, "2,2",
+                 "--nproc-per-node npu: ASCEND_RT_VISIBLE_DEVICES='2,2': device 2 is listed "
+                 "twice");
 }
 
 // Without --virtual-local-rank the list passes to every rank unchanged, and each sees the listed
