@@ -5,6 +5,7 @@
 
 #include "shmccl/device.hpp"
 #include "shmccl/dtype.hpp"
+#include "shmccl/elastic.hpp"
 #include "shmccl/error.hpp"
 #include "shmccl/half.hpp"
 #include "shmccl/npu.hpp"

@@ -11,6 +11,7 @@
 #include "collectives/registry.h"
 #include "collectives/rendezvous.h"
 #include "core/check.h"
+#include "core/error_file.h"
 #include "core/logging.h"
 
 namespace shmccl {
@@ -41,6 +42,8 @@ std::string make_comm_name(const collectives::JobInfo& job, int generation,
 }  // namespace
 
 void init_process_group(const InitOptions& options) {
+  // Under a launcher, an exception that escapes main is written to the rank's error file.
+  elastic::detail::install_terminate_recorder();
   Registry& state = registry();
   std::lock_guard<std::mutex> lock(state.mutex);
   SHMCCL_CHECK_ARG(state.default_group == nullptr,

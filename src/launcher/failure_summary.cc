@@ -42,6 +42,18 @@ void append_entry(std::string& out, int index, const RankExit& exit,
                        (exit.stopped ? " while shmrun was stopping the group" : ""));
   }
   const size_t rank = static_cast<size_t>(exit.rank);
+  if (exit.recorded) {
+    if (!exit.error_file.empty()) field("error_file", exit.error_file);
+    // torch's "traceback" field; continuation lines lined up under the first.
+    std::string traceback = exit.recorded->traceback;
+    while (!traceback.empty() && (traceback.back() == '\n' || traceback.back() == ' '))
+      traceback.pop_back();
+    for (size_t at = traceback.find('\n'); at != std::string::npos;
+         at = traceback.find('\n', at + 1)) {
+      traceback.insert(at + 1, std::string(15, ' '));
+    }
+    field("traceback", traceback);
+  }
   if (rank < context.log_files.size() && !context.log_files[rank].empty()) {
     field("log_file", context.log_files[rank]);
   }

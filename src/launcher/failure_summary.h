@@ -2,17 +2,20 @@
 //
 // The report shmrun prints when a job fails, laid out like torchrun's ("Root Cause (first
 // observed failure)" then the other ranks that did not succeed), so people who know one can
-// read the other: rank, local rank, pid, exit code or signal, time, the log file (--log-dir),
-// and the expected flight-recorder file when SHMCCL_TRACE_FILE is set.
+// read the other: rank, local rank, pid, exit code or signal, time, what the rank recorded in
+// its error file (TORCHELASTIC_ERROR_FILE), the log file (--log-dir), and the expected
+// flight-recorder file when SHMCCL_TRACE_FILE is set.
 #pragma once
 
 #include <sys/types.h>
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "launcher/child_process.h"
+#include "launcher/error_files.h"
 
 namespace shmccl::launcher {
 
@@ -24,6 +27,8 @@ struct RankExit {
   ExitStatus status;
   std::chrono::system_clock::time_point time;
   bool stopped = false;  // it ended after shmrun began stopping the group (not necessarily by it)
+  std::optional<RecordedError> recorded;  // what it wrote to its error file
+  std::string error_file;                 // that file, when it is kept (the log directory)
 };
 
 struct SummaryContext {

@@ -45,7 +45,8 @@ const std::set<std::string>& owned_variables() {
                                               "SHMCCL_JOB_ID",
                                               "SHMCCL_NAMESPACE",
                                               "SHMCCL_LAUNCHER_PID",
-                                              "SHMCCL_LOCK_FD"};
+                                              "SHMCCL_LOCK_FD",
+                                              "TORCHELASTIC_ERROR_FILE"};
   return names;
 }
 
@@ -212,6 +213,11 @@ LaunchPlan make_launch_plan(const Options& options, std::vector<std::string>* wa
     plan.ranks.push_back(std::move(rank_plan));
   }
   if (options.log_dir) make_directories(*options.log_dir);
+  if (!log_dir.empty()) {
+    for (RankPlan& rank_plan : plan.ranks) {
+      rank_plan.error_file = log_dir + "/rank" + std::to_string(rank_plan.rank) + ".error.json";
+    }
+  }
   const auto plan_duplicate = [&](const std::vector<std::string>& filters, StreamMask stream,
                                   const char* name, DuplicatePlan& out) {
     if (filters.empty()) return;
@@ -272,7 +278,15 @@ std::vector<std::string> LaunchPlan::rank_env(int rank, int restart_count,
   set("SHMCCL_LOCK_FD", std::to_string(lock_fd));
   if (timeout) set("SHMCCL_TIMEOUT", *timeout);
   if (device) set(device::kVisibleDevicesVariable, *device);
+  set("TORCHELASTIC_ERROR_FILE", error_file(rank, job_namespace));
   return env;
+}
+
+std::string LaunchPlan::error_file(int rank, const std::string& job_namespace) const {
+  const size_t index = static_cast<size_t>(rank);
+  if (index < ranks.size() && !ranks[index].error_file.empty()) return ranks[index].error_file;
+  return std::string(kShmDir) + "/" + kShmPrefix + job_namespace + ".rank" + std::to_string(rank) +
+         ".error.json";
 }
 
 }  // namespace shmccl::launcher

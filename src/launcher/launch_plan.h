@@ -26,6 +26,9 @@ struct RankPlan {
   unsigned duplicated = kNoStream;
   // --virtual-local-rank: the one physical NPU the rank sees (ASCEND_RT_VISIBLE_DEVICES).
   std::optional<std::string> visible_device;
+  // TORCHELASTIC_ERROR_FILE in the log directory, kept after the job; empty: no log directory
+  // (see LaunchPlan::error_file).
+  std::string error_file;
 };
 
 // --duplicate-stdout-filters or --duplicate-stderr-filters: one file for every rank's lines.
@@ -57,6 +60,10 @@ struct LaunchPlan {
   DuplicatePlan duplicate_stderr;
   std::vector<RankPlan> ranks;
 
+  // The rank's TORCHELASTIC_ERROR_FILE in the attempt whose namespace is `job_namespace`: the
+  // rank's error_file, or /dev/shm/shmccl.<namespace>.rank<N>.error.json, which goes with the
+  // attempt's other objects (and with them after a SIGKILLed shmrun, see stale_cleanup.h).
+  std::string error_file(int rank, const std::string& job_namespace) const;
   // The whole environment of `rank` in one attempt.
   std::vector<std::string> rank_env(int rank, int restart_count, const std::string& job_namespace,
                                     int lock_fd) const;

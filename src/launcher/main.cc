@@ -131,9 +131,11 @@ int run_job(const Options& options) {
     }
     const RankExit& failed = *result.root_cause;
     if (!result.signal && restart < plan.max_restarts) {
+      const std::optional<RecordedError>& recorded = failed.recorded;
       say(signals, std::nullopt,
           "shmrun: rank " + std::to_string(failed.rank) + " (pid " + std::to_string(failed.pid) +
-              ") failed with " + failed.status.describe() + "; restarting all " +
+              ") failed with " + failed.status.describe() +
+              (recorded ? " (" + recorded->message + ")" : std::string()) + "; restarting all " +
               std::to_string(plan.world_size) + " ranks (restart " + std::to_string(restart + 1) +
               " of " + std::to_string(plan.max_restarts) + ")\n");
       continue;

@@ -48,6 +48,7 @@ struct Console {
 
 struct Rank {
   const RankPlan* plan = nullptr;
+  std::string error_file;  // its TORCHELASTIC_ERROR_FILE
   ChildProcess child;
   FileDescriptor log_file;
   Pipe out;
@@ -260,6 +261,9 @@ class Supervisor {
       check_traces();
       return;
     }
+    // Read now: without a log directory the file goes with the attempt's shared memory.
+    exit.recorded = read_error_file(rank.error_file);
+    if (exit.recorded && !rank.plan->error_file.empty()) exit.error_file = rank.error_file;
     // Ctrl-C reaches the ranks and shmrun at once: a rank killed by it is not the root cause of
     // a failure, so look at shmrun's own pending signals before blaming the rank.
     if (!stopping_) handle_signals();
@@ -467,6 +471,10 @@ Rank start_rank(const LaunchPlan& plan, const RankPlan& rank_plan, int restart_c
                 ConsoleSink& err_console, const DuplicateFiles& duplicates) {
   Rank rank;
   rank.plan = &rank_plan;
+  rank.error_file = plan.error_file(rank_plan.rank, job_namespace.name());
+  // An error file of an earlier attempt (or job, in a reused log directory) would be taken for
+  // this attempt's.
+  unlink(rank.error_file.c_str());
   if (!rank_plan.log_file.empty()) {
     rank.log_file = open_log_file(rank_plan.log_file, restart_count);
   }

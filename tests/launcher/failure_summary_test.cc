@@ -35,6 +35,26 @@ TEST(FailureSummary, NamesTheRootCauseFirst) {
       << text;
 }
 
+TEST(FailureSummary, ARecordedErrorIsShownAsTorchrunsTraceback) {
+  SummaryContext context;
+  context.program = "prog";
+  context.host = "host";
+  RankExit failed = exit_of(1, ExitStatus{false, 1}, false);
+  failed.recorded = RecordedError{"E: x", "Trace:\n  frame\nE: x\n", 1};
+  failed.error_file = "/logs/rank1.error.json";
+  const std::string text =
+      format_failure_summary(context, failed, {exit_of(0, ExitStatus{false, 1}, false)});
+  EXPECT_NE(text.find("  error      : exited with code 1\n"
+                      "  error_file : /logs/rank1.error.json\n"
+                      "  traceback  : Trace:\n"
+                      "                 frame\n"
+                      "               E: x\n"
+                      "===="),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("traceback"), text.rfind("traceback")) << "rank 0 recorded nothing: " << text;
+}
+
 TEST(FailureSummary, OnlyShmrunsSignalsReadAsStoppedByShmrun) {
   const std::string text = summary(
       {exit_of(1, ExitStatus{true, SIGTERM}, true), exit_of(2, ExitStatus{true, SIGKILL}, true),

@@ -11,6 +11,10 @@
 //   collectives       all-reduce and uneven all-gather of NPU tensors large enough for the work
 //                     pool (each rank reads and writes its peers' memory), checked; prints
 //                     "ok rank=R" (exit 1 with "wrong ..." on stderr otherwise)
+//   throw RANK        rank RANK throws shmccl::InvalidArgument("bad batch 7") out of main; the
+//                     others' next all_reduce then throws out of main too
+//   record            shmccl::elastic::record runs a body that throws shmccl::Error("boom");
+//                     main catches it and exits 5
 //   devices           prints "devices rank=R local_rank=L count=C physical=P" for the device
 //                     LOCAL_RANK % device_count(), then runs `collectives` on it; a device call
 //                     that throws prints "error: <what>" and exits 3
@@ -69,7 +73,9 @@ bool wait_until_inside(const std::string& markers, int rank,
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: shmccl_worker die RANK MARKERS | dump | collectives | devices\n");
+    std::fprintf(stderr,
+                 "usage: shmccl_worker die RANK MARKERS | dump | collectives | devices | throw "
+                 "RANK | record\n");
     return 64;
   }
   const std::string mode = argv[1];
@@ -130,6 +136,19 @@ int main(int argc, char** argv) {
     std::printf("ok rank=%d\n", rank);
     shmccl::destroy_process_group();
     return 0;
+  }
+  if (mode == "throw" && argc == 3) {
+    if (rank == std::atoi(argv[2])) throw shmccl::InvalidArgument("bad batch 7");
+    shmccl::all_reduce(t);
+    return 2;
+  }
+  if (mode == "record") {
+    try {
+      shmccl::elastic::record([] { throw shmccl::Error("boom"); });
+    } catch (const shmccl::Error&) {
+      return 5;
+    }
+    return 2;
   }
   if (mode == "dump") {
     std::printf("ready rank=%d pid=%d\n", rank, static_cast<int>(getpid()));

@@ -43,6 +43,10 @@ TEST_P(EnvTest, EveryRankGetsTheLauncherVariables) {
     EXPECT_EQ(vars.at("SHMCCL_LAUNCHER_PID"), std::to_string(shmrun.pid()));
     EXPECT_EQ(vars.at("PPID"), std::to_string(shmrun.pid()));
     EXPECT_NE(vars.at("SHMCCL_LOCK_FD"), "<unset>");
+    // Without a log directory, among the attempt's shared memory objects.
+    EXPECT_EQ(vars.at("TORCHELASTIC_ERROR_FILE"), "/dev/shm/shmccl." + vars.at("SHMCCL_NAMESPACE") +
+                                                      ".rank" + std::to_string(rank) +
+                                                      ".error.json");
     const std::string& ns = vars.at("SHMCCL_NAMESPACE");
     EXPECT_EQ(ns.size(), 6 + 16u) << ns;
     EXPECT_EQ(ns.rfind("job_7-", 0), 0u) << ns;

@@ -20,6 +20,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <set>
@@ -272,6 +274,26 @@ inline std::map<int, std::map<std::string, std::string>> parse_env(const std::st
   }
   return by_rank;
 }
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream contents;
+  contents << in.rdbuf();
+  return contents.str();
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    char pattern[] = "/tmp/shmrun_test_XXXXXX";
+    path_ = mkdtemp(pattern);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
 
 // Job namespaces from shmrun -v ("job namespace <ns> (lock ...)").
 inline std::vector<std::string> namespaces(const std::string& err) {

@@ -29,26 +29,6 @@ std::vector<std::string> rank_lines(const std::string& text) {
   return lines;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream contents;
-  contents << in.rdbuf();
-  return contents.str();
-}
-
-class TempDir {
- public:
-  TempDir() {
-    char pattern[] = "/tmp/shmrun_test_XXXXXX";
-    path_ = mkdtemp(pattern);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
 // Every "[rankR]:rank R <kind> I" line of `kRanks` ranks, whole, prefixed right, in order per rank.
 void expect_every_line(const std::string& text, const std::string& kind, int ranks, int lines) {
   std::vector<int> next(ranks, 0);  // each rank's lines arrive in order

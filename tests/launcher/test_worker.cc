@@ -10,6 +10,9 @@
 //   exit CODE RANK       rank RANK exits CODE at once; the others print "ready" and wait
 //   signal SIG RANK      rank RANK kills itself with SIG; the others print "ready" and wait
 //   lines N              print N lines on stdout and N on stderr
+//   error-file RANK      rank RANK writes a torch-style error file (what torch's @record writes
+//                        for a Python RuntimeError) to TORCHELASTIC_ERROR_FILE and exits 1; the
+//                        others print "ready" and wait
 //   partial              print a line without its '\n'
 //   attempts FILE N      rank 0 appends to FILE and fails (exit 1) while FILE has <= N lines
 //   affinity             print "cpus=<list>" from sched_getaffinity
@@ -87,12 +90,26 @@ int main(int argc, char** argv) {
   const std::string mode = argv[1];
   const int rank = my_rank();
   if (mode == "env") {
-    for (const char* name :
-         {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
-          "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT",
-          "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
-          "SHMCCL_JOB_ID", "SHMCCL_NAMESPACE", "SHMCCL_TIMEOUT", "SHMCCL_LAUNCHER_PID",
-          "SHMCCL_LOCK_FD", "ASCEND_RT_VISIBLE_DEVICES"}) {
+    for (const char* name : {"RANK",
+                             "LOCAL_RANK",
+                             "WORLD_SIZE",
+                             "LOCAL_WORLD_SIZE",
+                             "GROUP_RANK",
+                             "ROLE_RANK",
+                             "ROLE_WORLD_SIZE",
+                             "ROLE_NAME",
+                             "MASTER_ADDR",
+                             "MASTER_PORT",
+                             "TORCHELASTIC_RESTART_COUNT",
+                             "TORCHELASTIC_MAX_RESTARTS",
+                             "TORCHELASTIC_RUN_ID",
+                             "SHMCCL_JOB_ID",
+                             "SHMCCL_NAMESPACE",
+                             "SHMCCL_TIMEOUT",
+                             "SHMCCL_LAUNCHER_PID",
+                             "SHMCCL_LOCK_FD",
+                             "ASCEND_RT_VISIBLE_DEVICES",
+                             "TORCHELASTIC_ERROR_FILE"}) {
       const char* value = std::getenv(name);
       std::printf("%s=%s\n", name, value != nullptr ? value : "<unset>");
     }
@@ -131,6 +148,18 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     raise(std::atoi(argv[2]));
     return 99;
+  }
+  if (mode == "error-file" && argc == 3) {
+    if (rank == std::atoi(argv[2])) {
+      std::ofstream(std::getenv("TORCHELASTIC_ERROR_FILE"))
+          << R"({"message": {"message": "RuntimeError: loss is NaN", "extraInfo": {)"
+          << R"("py_callstack": "Traceback (most recent call last):\n  File \"train.py\", )"
+          << R"(line 3, in <module>\nRuntimeError: loss is NaN\n", "timestamp": "1700000000"}}})";
+      return 1;
+    }
+    std::printf("ready\n");
+    std::fflush(stdout);
+    wait_forever();
   }
   if (mode == "lines" && argc == 3) {
     const int count = std::atoi(argv[2]);

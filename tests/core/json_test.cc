@@ -1,0 +1,47 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+#include "core/json.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace shmccl::json {
+namespace {
+
+TEST(Json, ParsesEveryKindOfValue) {
+  const auto value =
+      parse(R"( {"a": [1, -2.5e3, true, false, null], "s": "q\"\\\/\b\f\n\r\t\u00e9\ud83d\ude00",)"
+            R"( "o": {}, "e": [], "a": "last wins"} )");
+  ASSERT_TRUE(value);
+  ASSERT_TRUE(value->is_object());
+  EXPECT_EQ(value->members.size(), 5u) << "members kept in file order, repeats included";
+  EXPECT_EQ(value->members[0].second.items.size(), 5u);
+  EXPECT_EQ(value->members[0].second.items[1].number, -2500);
+  EXPECT_TRUE(value->members[0].second.items[2].boolean);
+  EXPECT_EQ(value->members[0].second.items[4].kind, Value::Kind::kNull);
+  EXPECT_EQ(value->find("s")->string, "q\"\\/\b\f\n\r\t\xc3\xa9\xf0\x9f\x98\x80");
+  EXPECT_EQ(value->find("a")->string, "last wins");
+  EXPECT_EQ(value->find("missing"), nullptr);
+}
+
+TEST(Json, RejectsWhatIsNotJson) {
+  for (const char* text :
+       {"", "{", "{\"a\" 1}", "{\"a\": 1,}", "[1 2]", "01", "1.", "-", "1e", "tru", "\"\\x\"",
+        "\"unterminated", "\"\\ud800\"", "\"\\udc00\"", "{} {}", "\"a\nb\"", "{'a': 1}", "nul"}) {
+    EXPECT_FALSE(parse(text)) << text;
+  }
+  std::string deep(100, '[');
+  deep += std::string(100, ']');
+  EXPECT_FALSE(parse(deep)) << "deeper than the limit";
+}
+
+TEST(Json, QuoteRoundTrips) {
+  const std::string text = "line 1\nline \"2\"\t\\ \x01 \xc3\xa9";
+  EXPECT_EQ(quote(text), "\"line 1\\nline \\\"2\\\"\\t\\\\ \\u0001 \xc3\xa9\"");
+  const auto parsed = parse(quote(text));
+  ASSERT_TRUE(parsed && parsed->is_string());
+  EXPECT_EQ(parsed->string, text);
+}
+
+}  // namespace
+}  // namespace shmccl::json

@@ -1,0 +1,112 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// End to end: torch.distributed.elastic's error files. shmrun gives each rank a
+// TORCHELASTIC_ERROR_FILE; a shmccl rank whose exception escapes main writes it (what, and where
+// it was thrown), as does torch's @record for a Python rank; shmrun's failure report shows it as
+// torchrun's does ("traceback"), and names the file when it sits in the log directory.
+#include "core/json.h"
+#include "shmrun_harness.h"
+
+namespace shmccl::launcher::testing {
+namespace {
+
+const std::string kShmcclWorker = SHMCCL_BINARY_DIR "/tests/launcher/launcher_shmccl_worker";
+
+// The text of the failure report from "Root Cause" on.
+std::string root_cause(const std::string& err) {
+  const size_t at = err.find("Root Cause (first observed failure):");
+  return at == std::string::npos ? std::string() : err.substr(at);
+}
+
+class ErrorFileTest : public ::testing::TestWithParam<int> {};
+
+// An exception that escapes main: the report gives its type, what() and throw site; the file,
+// among the attempt's shared memory objects here, is gone with them.
+TEST_P(ErrorFileTest, AnExceptionEscapingMainIsTheRootCausesTraceback) {
+  const int world = GetParam();
+  const std::string run_id = "error_file_" + std::to_string(world);
+  const RunResult result =
+      run_shmrun({"-v", "--run-id", run_id, "--nproc-per-node", std::to_string(world),
+                  kShmcclWorker, "throw", std::to_string(world - 1)});
+  EXPECT_EQ(result.exit_code, 128 + SIGABRT) << result.err;
+  const std::string cause = root_cause(result.err);
+  EXPECT_NE(cause.find("rank       : " + std::to_string(world - 1)), std::string::npos) << cause;
+  EXPECT_NE(cause.find("traceback  : shmccl::InvalidArgument: bad batch 7\n"), std::string::npos)
+      << cause;
+  EXPECT_NE(cause.find("thrown at (innermost first"), std::string::npos) << cause;
+  EXPECT_EQ(cause.find("error_file"), std::string::npos)
+      << "a file among the shared memory objects is gone when shmrun ends: " << cause;
+  expect_shm_clean(namespaces(result.err));
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, ErrorFileTest, ::testing::Values(2, 3, 4, 8));
+
+// With a log directory the file stays beside the rank's log, in torch's layout, and the report
+// names it.
+TEST(ErrorFile, InTheLogDirectoryItIsKeptAndNamed) {
+  TempDir dir;
+  const RunResult result =
+      run_shmrun({"--log-dir", dir.path(), "--nproc-per-node", "2", kShmcclWorker, "throw", "0"});
+  EXPECT_EQ(result.exit_code, 128 + SIGABRT) << result.err;
+  const std::string path = dir.path() + "/rank0.error.json";
+  EXPECT_NE(root_cause(result.err).find("error_file : " + path), std::string::npos) << result.err;
+  const std::optional<json::Value> file = json::parse(read_file(path));
+  ASSERT_TRUE(file && file->is_object()) << read_file(path);
+  const json::Value* message = file->find("message");
+  ASSERT_TRUE(message != nullptr && message->is_object());
+  ASSERT_TRUE(message->find("message") != nullptr);
+  EXPECT_EQ(message->find("message")->string, "shmccl::InvalidArgument: bad batch 7");
+  const json::Value* extra = message->find("extraInfo");
+  ASSERT_TRUE(extra != nullptr && extra->find("timestamp") != nullptr);
+  EXPECT_GT(std::stol(extra->find("timestamp")->string), 1700000000);
+}
+
+// shmccl::elastic::record (torch's @record) for a program that catches and exits.
+TEST(ErrorFile, RecordWritesAnExceptionTheProgramCaught) {
+  const RunResult result = run_shmrun({"--nproc-per-node", "2", kShmcclWorker, "record"});
+  EXPECT_EQ(result.exit_code, 5) << result.err;
+  EXPECT_NE(root_cause(result.err).find("traceback  : shmccl::Error: boom\n"), std::string::npos)
+      << result.err;
+}
+
+// A file in torch's layout, as a Python rank's @record writes it: the report shows its
+// py_callstack, continuation lines aligned.
+TEST(ErrorFile, ATorchErrorFileShowsItsPythonTraceback) {
+  const RunResult result = run_shmrun({"--nproc-per-node", "2", kWorker, "error-file", "1"});
+  EXPECT_EQ(result.exit_code, 1) << result.err;
+  EXPECT_NE(root_cause(result.err)
+                .find("  traceback  : Traceback (most recent call last):\n"
+                      "                 File \"train.py\", line 3, in <module>\n"
+                      "               RuntimeError: loss is NaN\n"),
+            std::string::npos)
+      << result.err;
+}
+
+// A file left by an earlier job in a reused log directory is not taken for this one's, and a
+// rank that wrote nothing gets no traceback.
+TEST(ErrorFile, AStaleFileIsNotReported) {
+  TempDir dir;
+  {
+    std::ofstream stale(dir.path() + "/rank0.error.json");
+    stale << R"({"message": "RuntimeError: from an earlier job"})";
+  }
+  const RunResult result =
+      run_shmrun({"--log-dir", dir.path(), "--nproc-per-node", "2", kWorker, "exit", "3", "0"});
+  EXPECT_EQ(result.exit_code, 3) << result.err;
+  EXPECT_EQ(result.err.find("earlier job"), std::string::npos) << result.err;
+  EXPECT_EQ(root_cause(result.err).find("traceback"), std::string::npos) << result.err;
+}
+
+// The restart notice says why the rank failed.
+TEST(ErrorFile, TheRestartNoticeQuotesTheRecordedError) {
+  const RunResult result =
+      run_shmrun({"--max-restarts", "1", "--nproc-per-node", "2", kShmcclWorker, "record"});
+  EXPECT_EQ(result.exit_code, 5) << result.err;
+  EXPECT_NE(result.err.find("failed with exit code 5 (shmccl::Error: boom); restarting all 2 "
+                            "ranks (restart 1 of 1)"),
+            std::string::npos)
+      << result.err;
+}
+
+}  // namespace
+}  // namespace shmccl::launcher::testing
