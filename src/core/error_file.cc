@@ -63,8 +63,7 @@ std::string throw_site_frames() {
   const int count = backtrace(frames, 64);
   std::unique_ptr<char*, void (*)(void*)> symbols(backtrace_symbols(frames, count), std::free);
   if (!symbols) return {};
-  std::string out =
-      "thrown at (innermost first; `addr2line -f -C -e FILE +OFFSET` names a frame):";
+  std::string out = "thrown at (innermost first; `addr2line -f -C -e FILE +OFFSET` names a frame):";
   for (int i = 1; i < count; ++i) {  // frame 0 is this function
     out += "\n  #" + std::to_string(i) + " " + symbols.get()[i];
   }
