@@ -177,16 +177,7 @@ namespace {
 // every tensor operation. A malformed ASCEND_RT_VISIBLE_DEVICES throws, here and at every later
 // call (a static whose initialisation threw is tried again).
 const std::vector<int>& visible_devices() {
-  static const std::vector<int> devices = [] {
-    const int host_count = device::host_device_count();
-    if (const char* visible = std::getenv(device::kVisibleDevicesVariable)) {
-      return device::parse_visible_devices(visible, host_count);
-    }
-    std::vector<int> all(static_cast<size_t>(host_count));
-    for (int index = 0; index < host_count; ++index)
-      all[static_cast<size_t>(index)] = index;
-    return all;
-  }();
+  static const std::vector<int> devices = device::visible_devices_from_environment();
   return devices;
 }
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdlib>
 #include <string>
 
 #include "core/check.h"
@@ -56,6 +57,17 @@ std::vector<int> parse_visible_devices(std::string_view value, int host_device_c
     start = comma + 1;
   }
   return devices;
+}
+
+std::vector<int> visible_devices_from_environment() {
+  const int host_count = host_device_count();
+  if (const char* visible = std::getenv(kVisibleDevicesVariable)) {
+    return parse_visible_devices(visible, host_count);
+  }
+  std::vector<int> all(static_cast<size_t>(host_count));
+  for (int index = 0; index < host_count; ++index)
+    all[static_cast<size_t>(index)] = index;
+  return all;
 }
 
 }  // namespace shmccl::device

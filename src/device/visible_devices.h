@@ -24,4 +24,8 @@ int host_device_count();
 // only fail later, at its first tensor).
 std::vector<int> parse_visible_devices(std::string_view value, int host_device_count);
 
+// The physical indices this process may use: ASCEND_RT_VISIBLE_DEVICES parsed, or every host
+// device when it is unset. Reads the environment on each call (npu::device_count caches it).
+std::vector<int> visible_devices_from_environment();
+
 }  // namespace shmccl::device

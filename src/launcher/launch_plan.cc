@@ -74,33 +74,32 @@ void make_directories(const std::string& path) {
   }
 }
 
+// The host's simulated NPUs that shmrun sees, as its ranks' device layer will: the inherited
+// ASCEND_RT_VISIBLE_DEVICES, else all of them. A malformed list is a LaunchError naming `option`.
+std::vector<int> visible_devices(const char* option) {
+  try {
+    return device::visible_devices_from_environment();
+  } catch (const std::exception& error) {
+    throw LaunchError(std::string(option) + ": " + error.what(), 2);
+  }
+}
+
 // --virtual-local-rank: the physical NPU of each local rank, as torchrun maps CUDA devices: the
 // rank's entry of the inherited list, else its local rank (here modulo the host's simulated
 // devices, so that more ranks than devices share them, as `rank % device_count()` does).
 std::vector<std::string> virtual_devices(int world_size) {
-  const int host_count = device::host_device_count();
-  std::vector<std::string> devices;
+  const std::vector<int> visible = visible_devices("--virtual-local-rank");
   const char* inherited = std::getenv(device::kVisibleDevicesVariable);
-  if (inherited == nullptr) {
-    for (int rank = 0; rank < world_size; ++rank)
-      devices.push_back(std::to_string(rank % host_count));
-    return devices;
-  }
-  std::vector<int> listed;
-  try {
-    listed = device::parse_visible_devices(inherited, host_count);
-  } catch (const std::exception& error) {
-    throw LaunchError(std::string("--virtual-local-rank: ") + error.what(), 2);
-  }
-  if (static_cast<int>(listed.size()) < world_size) {
-    throw LaunchError("--virtual-local-rank: local rank " + std::to_string(listed.size()) +
+  if (inherited != nullptr && static_cast<int>(visible.size()) < world_size) {
+    throw LaunchError("--virtual-local-rank: local rank " + std::to_string(visible.size()) +
                           " has no device: " + device::kVisibleDevicesVariable + "=" + inherited +
-                          " lists " + std::to_string(listed.size()) + " for " +
+                          " lists " + std::to_string(visible.size()) + " for " +
                           std::to_string(world_size) + " ranks",
                       2);
   }
+  std::vector<std::string> devices;
   for (int rank = 0; rank < world_size; ++rank)
-    devices.push_back(std::to_string(listed[static_cast<size_t>(rank)]));
+    devices.push_back(std::to_string(visible[static_cast<size_t>(rank) % visible.size()]));
   return devices;
 }
 
@@ -133,15 +132,7 @@ LaunchPlan make_launch_plan(const Options& options, std::vector<std::string>* wa
       plan.world_size = usable_cpu_count();
       break;
     case Options::kNpuRanks:
-      plan.world_size = device::host_device_count();
-      if (const char* visible = std::getenv(device::kVisibleDevicesVariable)) {
-        try {
-          plan.world_size =
-              static_cast<int>(device::parse_visible_devices(visible, plan.world_size).size());
-        } catch (const std::exception& error) {
-          throw LaunchError(std::string("--nproc-per-node npu: ") + error.what(), 2);
-        }
-      }
+      plan.world_size = static_cast<int>(visible_devices("--nproc-per-node npu").size());
       break;
     default:
       plan.world_size = options.nproc_per_node;

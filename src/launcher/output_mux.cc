@@ -99,32 +99,27 @@ bool DuplicateSink::matches(std::string_view line) const {
 
 void RankStream::emit(std::string_view lines) {
   if (file_fd_ >= 0) write_all(file_fd_, lines);
-  if (duplicate_ != nullptr) {
-    std::string copied;
-    for (size_t start = 0; start < lines.size();) {
-      const size_t end = lines.find('\n', start);  // every chunk ends with '\n'
-      const std::string_view line = lines.substr(start, end - start + 1);
-      if (duplicate_->matches(line.substr(0, line.size() - 1))) copied.append(prefix_).append(line);
-      start = end + 1;
-    }
-    // One write per chunk of lines: O_APPEND keeps each whole even next to other writers.
-    if (!copied.empty()) write_all(duplicate_->fd, copied);
-  }
-  if (console_ == nullptr) return;
-  if (prefix_.empty()) {
-    console_->write(lines);
+  const bool prefixed = console_ != nullptr && !prefix_.empty();
+  if (!prefixed && duplicate_ == nullptr) {
+    if (console_ != nullptr) console_->write(lines);
     return;
   }
-  std::string out;
-  out.reserve(lines.size() + prefix_.size() * 4);
-  size_t start = 0;
-  while (start < lines.size()) {
+  // One pass over the lines for both: the console's copy gets the prefix on every line, the
+  // duplicate file (with the same prefix) the lines that contain a filter.
+  std::string out, copied;
+  if (prefixed) out.reserve(lines.size() + prefix_.size() * 4);
+  for (size_t start = 0; start < lines.size();) {
     const size_t end = lines.find('\n', start);  // every chunk ends with '\n'
-    out += prefix_;
-    out.append(lines.substr(start, end - start + 1));
+    const std::string_view line = lines.substr(start, end - start + 1);
+    if (prefixed) out.append(prefix_).append(line);
+    if (duplicate_ != nullptr && duplicate_->matches(line.substr(0, line.size() - 1))) {
+      copied.append(prefix_).append(line);
+    }
     start = end + 1;
   }
-  console_->write(out);
+  // One write per chunk of lines: O_APPEND keeps each whole even next to other ranks' writes.
+  if (!copied.empty()) write_all(duplicate_->fd, copied);
+  if (console_ != nullptr) console_->write(prefixed ? std::string_view(out) : lines);
 }
 
 }  // namespace shmccl::launcher
