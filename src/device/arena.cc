@@ -332,39 +332,53 @@ std::shared_ptr<ArenaMapping> ArenaMapping::open(const ArenaHandle& handle) {
   return result;
 }
 
-void ArenaMapping::populate(uint64_t offset, uint64_t bytes) {
-  constexpr uint64_t kPage = 4096;
-  if (bytes == 0 || offset > capacity_ || capacity_ - offset < bytes) return;
-  uint64_t start = offset / kPage * kPage;
-  uint64_t end = std::min(capacity_, (offset + bytes + kPage - 1) / kPage * kPage);
-  std::lock_guard<std::mutex> lock(populated_mutex_);
-  const uint64_t owner_decommits = decommits(base_).load(std::memory_order_acquire);
-  if (owner_decommits != populated_decommits_) {
-    populated_.clear();
-    populated_decommits_ = owner_decommits;
-  }
-  // Covered already: the range that starts at or before `start` reaches `end`.
-  auto next = populated_.upper_bound(start);
-  if (next != populated_.begin()) {
-    auto covering = std::prev(next);
-    if (covering->second >= end) return;
-  }
-#ifdef MADV_POPULATE_WRITE
-  if (::madvise(base_ + start, end - start, MADV_POPULATE_WRITE) != 0) return;  // old kernel
-#else
-  return;
-#endif
+bool ArenaMapping::PageRanges::covers(uint64_t start, uint64_t end) const {
+  // The range that starts at or before `start` must reach `end`.
+  auto next = ranges_.upper_bound(start);
+  return next != ranges_.begin() && std::prev(next)->second >= end;
+}
+
+void ArenaMapping::PageRanges::add(uint64_t start, uint64_t end) {
   // Merge with the ranges it touches or overlaps.
-  auto first = populated_.upper_bound(start);
-  if (first != populated_.begin() && std::prev(first)->second >= start) --first;
+  auto first = ranges_.upper_bound(start);
+  if (first != ranges_.begin() && std::prev(first)->second >= start) --first;
   auto last = first;
-  while (last != populated_.end() && last->first <= end) {
+  while (last != ranges_.end() && last->first <= end) {
     start = std::min(start, last->first);
     end = std::max(end, last->second);
     ++last;
   }
-  populated_.erase(first, last);
-  populated_.emplace(start, end);
+  ranges_.erase(first, last);
+  ranges_.emplace(start, end);
+}
+
+void ArenaMapping::populate(uint64_t offset, uint64_t bytes, bool touch) {
+  constexpr uint64_t kPage = 4096;
+  if (bytes == 0 || offset > capacity_ || capacity_ - offset < bytes) return;
+  const uint64_t start = offset / kPage * kPage;
+  const uint64_t end = std::min(capacity_, (offset + bytes + kPage - 1) / kPage * kPage);
+  std::lock_guard<std::mutex> lock(populated_mutex_);
+  const uint64_t owner_decommits = decommits(base_).load(std::memory_order_acquire);
+  if (owner_decommits != populated_decommits_) {
+    populated_.clear();
+    touched_.clear();
+    populated_decommits_ = owner_decommits;
+  }
+  if (!populated_.covers(start, end)) {
+#ifdef MADV_POPULATE_WRITE
+    if (::madvise(base_ + start, end - start, MADV_POPULATE_WRITE) != 0) return;  // old kernel
+#else
+    return;
+#endif
+    populated_.add(start, end);
+  }
+  if (touch && !touched_.covers(start, end)) {
+    // A read is enough: the page table entry the populate made is writable already.
+    for (uint64_t page = start; page < end; page += kPage) {
+      (void)__atomic_load_n(base_ + page, __ATOMIC_RELAXED);
+    }
+    touched_.add(start, end);
+  }
 }
 
 ArenaMapping::~ArenaMapping() {

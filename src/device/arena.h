@@ -113,8 +113,13 @@ class ArenaMapping {
   // What is remembered is forgotten once the owner decommits a segment (the hole punch empties
   // our page tables there too, and the range may come back as a new tensor: npu::empty_cache()
   // between two collectives on equal sizes otherwise cost the next ones their faults again).
+  // With `touch`, also reads a byte of every page of the range, once: where the hypervisor
+  // shadows the guest's page tables (a PVM guest), the first access after MADV_POPULATE_WRITE
+  // still traps, about 5 us a page, 20 times what copying the page costs warm. A caller whose
+  // ranks take each other's work touches the whole buffer on first use, so that later calls
+  // find every page warm whichever rank copies which piece.
   // Thread-safe.
-  void populate(uint64_t offset, uint64_t bytes);
+  void populate(uint64_t offset, uint64_t bytes, bool touch = false);
 
  private:
   ArenaMapping() = default;
@@ -122,9 +127,20 @@ class ArenaMapping {
   int fd_ = -1;           // owned; our copy of the peer's memfd
   char* base_ = nullptr;  // owned mapping starts at base_ - Arena::kHeaderBytes
   uint64_t capacity_ = 0;
-  std::mutex populated_mutex_;
-  std::map<uint64_t, uint64_t> populated_;  // page-aligned [start, end) ranges, disjoint
-  uint64_t populated_decommits_ = 0;        // the owner's decommit count they were taken at
+  // Disjoint page-aligned [start, end) ranges, merged as they are added.
+  class PageRanges {
+   public:
+    bool covers(uint64_t start, uint64_t end) const;
+    void add(uint64_t start, uint64_t end);
+    void clear() { ranges_.clear(); }
+
+   private:
+    std::map<uint64_t, uint64_t> ranges_;  // start -> end
+  };
+  std::mutex populated_mutex_;        // guards the three members below
+  PageRanges populated_;              // what populate() has prefaulted
+  PageRanges touched_;                // ... and of that, what it has touched
+  uint64_t populated_decommits_ = 0;  // the owner's decommit count they were taken at
 };
 
 // "512 bytes", "64.00 KiB", "2.00 MiB", "16.00 GiB": sizes as memory errors print them.

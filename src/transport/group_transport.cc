@@ -477,7 +477,9 @@ char* GroupTransport::resolve(const BufferRef& shared_ref, uint64_t bytes) const
   }
   if (out_of_bounds(mapping->capacity())) throw bounds_error(mapping->capacity());
   // A buffer of a few pages faults in quickly; a larger one is prefaulted once (see populate).
-  if (bytes >= kPopulateBytes) mapping->populate(ref.offset, bytes);
+  if (bytes >= kPopulateBytes) {
+    mapping->populate(ref.offset, bytes, oversubscribed_ && bytes <= kTouchBytes);
+  }
   return mapping->base() + ref.offset;
 }
 
