@@ -104,6 +104,94 @@ TEST(Oversubscription, UnboundRanksNoMoreThanCoresAreNot) {
   expect_verdict(2, nullptr, false);
 }
 
+// Oversubscribed ranks read a peer's buffer of 64 KiB-32 MiB whole the first time they resolve
+// it (GroupTransport::kTouchBytes), and again after its owner decommitted it. The reads must
+// leave every byte as it was: uneven all-gathers, reduce-scatters and all-reduces of such
+// buffers, repeated on the same tensors with new values, then on new tensors after
+// npu::empty_cache(), give the reference results at 2, 3, 4 and 8 ranks, two ranks a core.
+TEST(Oversubscription, PeerBuffersTouchedOnFirstUseKeepTheirData) {
+  const std::vector<int> cpus = allowed_cpus();
+  ASSERT_FALSE(cpus.empty());
+  // About 128 KiB of int32 in all: the gathered, scattered-from and all-reduced buffers (and the
+  // all-gather inputs that reach 64 KiB) are touched.
+  constexpr int64_t kTotalRows = 32 * 1024;
+  for (int world : {2, 3, 4, 8}) {
+    SCOPED_TRACE(str(world, " ranks"));
+    auto results = testing::run_ranks(world, [&](const testing::RankContext& ctx) {
+      // Two ranks share a core at the least: the group is oversubscribed wherever it runs.
+      bind_to(cpus[static_cast<size_t>(ctx.rank / 2) % cpus.size()]);
+      npu::set_device(ctx.rank % 8);
+      ctx.init();
+      require(default_group()->state().transport().oversubscribed(), "not oversubscribed");
+      std::vector<int64_t> splits;
+      const int64_t shares = ctx.world * (ctx.world + 1) / 2;
+      for (int r = 0; r < ctx.world; ++r)
+        splits.push_back((r + 1) * (kTotalRows / shares + 1));
+      int64_t total = 0;
+      for (int64_t rows : splits)
+        total += rows;
+      const int64_t mine = splits[static_cast<size_t>(ctx.rank)];
+      for (int phase = 0; phase < 2; ++phase) {
+        Tensor gathered = zeros({total}, kInt32).npu();
+        Tensor scattered = zeros({mine}, kInt32).npu();
+        for (int call = 0; call < 2; ++call) {
+          const int32_t salt = phase * 100 + call * 7;
+          std::vector<int32_t> input(static_cast<size_t>(mine));
+          for (int64_t j = 0; j < mine; ++j)
+            input[static_cast<size_t>(j)] = ctx.rank * 1000 + salt + static_cast<int32_t>(j % 13);
+          all_gather_into_tensor_uneven(gathered, from_vector<int32_t>(input).npu(), splits);
+          const std::vector<int32_t> got = gathered.cpu().to_vector<int32_t>();
+          int64_t row = 0;
+          for (int source = 0; source < ctx.world; ++source) {
+            for (int64_t j = 0; j < splits[static_cast<size_t>(source)]; ++j, ++row) {
+              const int32_t want = source * 1000 + salt + static_cast<int32_t>(j % 13);
+              require(got[static_cast<size_t>(row)] == want,
+                      str("all-gather phase ", phase, " call ", call, ": row ", row, " holds ",
+                          got[static_cast<size_t>(row)], ", expected ", want));
+            }
+          }
+
+          // Rank q's row k is q + salt + k % 11: rank r's output rows sum those over the ranks.
+          std::vector<int32_t> rows(static_cast<size_t>(total));
+          for (int64_t k = 0; k < total; ++k)
+            rows[static_cast<size_t>(k)] = ctx.rank + salt + static_cast<int32_t>(k % 11);
+          Tensor reduced = from_vector<int32_t>(rows).npu();
+          reduce_scatter_tensor_uneven(scattered, reduced, splits);
+          const std::vector<int32_t> part = scattered.cpu().to_vector<int32_t>();
+          int64_t first = 0;
+          for (int r = 0; r < ctx.rank; ++r)
+            first += splits[static_cast<size_t>(r)];
+          const int32_t rank_sum = ctx.world * (ctx.world - 1) / 2;
+          for (int64_t j = 0; j < mine; ++j) {
+            const int32_t want =
+                rank_sum + ctx.world * (salt + static_cast<int32_t>((first + j) % 11));
+            require(part[static_cast<size_t>(j)] == want,
+                    str("reduce-scatter phase ", phase, " call ", call, ": row ", j, " holds ",
+                        part[static_cast<size_t>(j)], ", expected ", want));
+          }
+
+          all_reduce(reduced);
+          const std::vector<int32_t> sums = reduced.cpu().to_vector<int32_t>();
+          for (int64_t k = 0; k < total; ++k) {
+            const int32_t want = rank_sum + ctx.world * (salt + static_cast<int32_t>(k % 11));
+            require(sums[static_cast<size_t>(k)] == want,
+                    str("all-reduce phase ", phase, " call ", call, ": element ", k, " holds ",
+                        sums[static_cast<size_t>(k)], ", expected ", want));
+          }
+        }
+        // Every rank's segments go back to its arena and are decommitted before the next phase
+        // reuses the ranges; the barrier keeps a rank from freeing while a peer still copies.
+        gathered = Tensor();
+        scattered = Tensor();
+        barrier();
+        npu::empty_cache();
+        barrier();
+      }
+    });
+    EXPECT_TRUE(testing::all_ranks_succeeded(results));
+  }
+}
+
 // A sub-group whose own ranks fit their cores still runs oversubscribed when the job's ranks
 // outnumber them: the job's other ranks need the cores its waits would spin on. A sub-group of a
 // job that fits stays fast.
