@@ -359,6 +359,13 @@ long faults_filling(char* at, uint64_t bytes, uint8_t seed) {
   return minor_faults() - before;
 }
 
+// The minor faults a fresh, unpopulated mapping of `arena` takes while it fills `bytes` at
+// `offset`: what populate() is to save.
+long faults_of_a_fresh_mapping(const Arena& arena, uint64_t offset, uint64_t bytes, uint8_t seed) {
+  auto fresh = ArenaMapping::open(arena.handle());
+  return faults_filling(fresh->base() + offset, bytes, seed);
+}
+
 // A peer's mapping filled by populate() takes no page fault per page when written; a range
 // inside one already populated is remembered (no second madvise needed to stay fault-free).
 TEST(ArenaMappingTest, PopulateFillsThePageTablesOfAPeerMapping) {
@@ -370,8 +377,7 @@ TEST(ArenaMappingTest, PopulateFillsThePageTablesOfAPeerMapping) {
   Arena arena(5, 32 * kMiB);
   const uint64_t offset = arena.allocate_segment(kBytes);
   fill(arena.base() + offset, kBytes, 1);  // the owner's pages exist
-  auto unpopulated = ArenaMapping::open(arena.handle());
-  const long faults_without = faults_filling(unpopulated->base() + offset, kBytes / 2, 2);
+  const long faults_without = faults_of_a_fresh_mapping(arena, offset, kBytes / 2, 2);
 
   auto mapping = ArenaMapping::open(arena.handle());
   mapping->populate(offset + 4096, kBytes / 4);          // the first quarter, unaligned
@@ -400,8 +406,7 @@ TEST(ArenaMappingTest, PopulateWithTouchKeepsTheDataAndFillsThePageTables) {
   Arena arena(7, 32 * kMiB);
   const uint64_t offset = arena.allocate_segment(kBytes);
   fill(arena.base() + offset, kBytes, 1);
-  auto unpopulated = ArenaMapping::open(arena.handle());
-  const long faults_without = faults_filling(unpopulated->base() + offset, kBytes / 2, 1);
+  const long faults_without = faults_of_a_fresh_mapping(arena, offset, kBytes / 2, 1);
 
   auto mapping = ArenaMapping::open(arena.handle());
   mapping->populate(offset, kBytes / 4);                   // populated only
