@@ -24,6 +24,10 @@ constexpr std::array kSettings = {
     Setting{"SHMCCL_NPU_DEVICE_COUNT", Kind::kInt, "8", "number of simulated NPU devices"},
     Setting{"SHMCCL_NPU_MEMORY", Kind::kBytes, "16G",
             "capacity of each simulated NPU's memory arena (reserved, committed on demand)"},
+    Setting{"SHMCCL_NPU_HUGE_PAGES", Kind::kBool, "1",
+            "make each committed segment of NPU memory 2 MiB pages where the kernel can "
+            "(MADV_COLLAPSE, Linux 6.1): a rank's first touch of a peer's tensor then faults "
+            "once per 2 MiB, not per 4 KiB (0: 4 KiB pages)"},
     Setting{"SHMCCL_NPU_CACHING_ALLOCATOR", Kind::kBool, "1",
             "cache freed device blocks for reuse (0: return every block to the arena at once)"},
     Setting{"SHMCCL_KERNEL_ISA", Kind::kString, "auto",

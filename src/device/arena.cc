@@ -43,10 +43,14 @@ struct ArenaHeader {
 static_assert(sizeof(ArenaHeader) == 32);
 static_assert(alignof(ArenaHeader) == 8);
 static_assert(std::is_trivially_copyable_v<ArenaHeader>);
-static_assert(sizeof(ArenaHeader) <= Arena::kHeaderBytes);
 static_assert(sizeof(ArenaHeader) <= Arena::kDecommitsOffset &&
-              Arena::kDecommitsOffset + sizeof(uint64_t) <= Arena::kHeaderBytes);
+              Arena::kDecommitsOffset + sizeof(uint64_t) <= Arena::kHeaderPageBytes);
+static_assert(Arena::kHeaderBytes % Arena::kHugePageBytes == 0 &&
+              Arena::kSegmentGranularity % Arena::kHugePageBytes == 0);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
+
+// MADV_COLLAPSE (Linux 6.1), which glibc's <sys/mman.h> before 2.37 does not name.
+constexpr int kMadviseCollapse = 25;
 
 // The owner's decommit count in the header page of the arena mapped at `base`.
 std::atomic<uint64_t>& decommits(char* base) {
@@ -79,11 +83,30 @@ class UniqueMapping {
   size_t bytes_;
 };
 
-// Maps the whole memfd (header + address space) shared and read-write, without reserving swap.
+// Maps the whole memfd (header + address space) shared and read-write, without reserving swap,
+// at a 2 MiB boundary: a huge page of the file can be mapped by one page-table entry only where
+// the address and the file offset agree modulo 2 MiB. (An address range one huge page larger
+// is reserved first, the file mapped over its aligned part, and the rest given back.)
 UniqueMapping map_shared(int fd, uint64_t bytes, const std::string& what) {
-  void* address = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+  constexpr uint64_t kAlign = Arena::kHugePageBytes;
+  const uint64_t reserved = bytes + kAlign;
+  void* region =
+      ::mmap(nullptr, reserved, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (region == MAP_FAILED) {
+    detail::throw_system_error(concat("mmap(", what, ", reserving ", reserved, " bytes)"), errno);
+  }
+  const auto start = reinterpret_cast<uintptr_t>(region);
+  const uintptr_t aligned = (start + kAlign - 1) & ~(uintptr_t{kAlign} - 1);
+  void* address = ::mmap(reinterpret_cast<void*>(aligned), bytes, PROT_READ | PROT_WRITE,
+                         MAP_SHARED | MAP_NORESERVE | MAP_FIXED, fd, 0);
   if (address == MAP_FAILED) {
-    detail::throw_system_error(concat("mmap(", what, ", ", bytes, " bytes)"), errno);
+    const int error = errno;
+    ::munmap(region, reserved);
+    detail::throw_system_error(concat("mmap(", what, ", ", bytes, " bytes)"), error);
+  }
+  if (aligned > start) ::munmap(region, aligned - start);
+  if (const uintptr_t end = aligned + bytes; start + reserved > end) {
+    ::munmap(reinterpret_cast<void*>(end), start + reserved - end);
   }
   return UniqueMapping(address, bytes);
 }
@@ -131,7 +154,8 @@ std::string format_bytes(uint64_t bytes) {
   return text;
 }
 
-Arena::Arena(int device, uint64_t capacity) : device_(device) {
+Arena::Arena(int device, uint64_t capacity, bool huge_pages)
+    : device_(device), huge_pages_(huge_pages) {
   SHMCCL_CHECK_ARG(capacity > 0 && capacity <= kMaxCapacity, "NPU ", device,
                    " arena: capacity must be in (0, ", kMaxCapacity, "] bytes, got ", capacity);
   const auto page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
@@ -144,7 +168,7 @@ Arena::Arena(int device, uint64_t capacity) : device_(device) {
   SHMCCL_SYSCALL(::ftruncate(fd.get(), static_cast<off_t>(file_bytes)), "ftruncate(memfd ", name,
                  ", ", file_bytes, " bytes)");
   // Commit the header page so that writing it cannot fault on a full machine.
-  if (int error = fallocate_retrying(fd.get(), 0, 0, kHeaderBytes); error != 0) {
+  if (int error = fallocate_retrying(fd.get(), 0, 0, kHeaderPageBytes); error != 0) {
     detail::throw_system_error(concat("fallocate(memfd ", name, ", header page)"), error);
   }
   UniqueMapping mapping = map_shared(fd.get(), file_bytes, concat("memfd ", name));
@@ -192,13 +216,13 @@ uint64_t Arena::allocate_segment(uint64_t bytes) {
     const uint64_t rest = fit->second - length;
     free_ranges_.erase(fit);
     if (rest > 0) free_ranges_.emplace(offset + length, rest);
-    segments_.emplace(offset, length);
+    segments_.emplace(offset, Segment{length, false});
   }
 
   // Commit outside the lock: zeroing a large segment takes milliseconds, and the range is ours.
   const int error = fallocate_retrying(fd_, 0, kHeaderBytes + offset, length);
-  std::lock_guard<std::mutex> lock(mutex_);
   if (error != 0) {
+    std::lock_guard<std::mutex> lock(mutex_);
     segments_.erase(offset);
     return_range_locked(offset, length);
     const std::string what = concat(
@@ -208,10 +232,37 @@ uint64_t Arena::allocate_segment(uint64_t bytes) {
     if (error == ENOSPC || error == ENOMEM) throw OutOfMemoryError(what);
     throw SystemError(what, error);
   }
+  // Outside the lock too: the collapse copies the fresh pages into huge ones. Committing first
+  // keeps a full machine an OutOfMemoryError here; a collapse that finds no memory just fails
+  // and leaves the 4 KiB pages.
+  const bool huge = huge_pages_.load(std::memory_order_relaxed) && make_huge(offset, length);
+  std::lock_guard<std::mutex> lock(mutex_);
   committed_ += length;
+  if (huge) {
+    segments_.at(offset).huge = true;
+    huge_committed_ += length;
+  }
   SHMCCL_TRACE(kDevice, "NPU ", device_, " arena: committed ", format_bytes(length), " at offset ",
-               offset);
+               offset, huge ? " in 2 MiB pages" : "");
   return offset;
+}
+
+bool Arena::make_huge(uint64_t offset, uint64_t length) {
+  if (::madvise(base_ + offset, length, kMadviseCollapse) == 0) return true;
+  const int error = errno;
+  // No 2 MiB of free contiguous memory, or the cgroup's limit, for now: a later segment may
+  // find some.
+  if (error == EAGAIN || error == ENOMEM || error == EBUSY) {
+    SHMCCL_TRACE(kDevice, "NPU ", device_, " arena: segment at offset ", offset,
+                 " stays in 4 KiB pages (MADV_COLLAPSE: ", std::strerror(error), ")");
+    return false;
+  }
+  // EINVAL: a kernel before 6.1 or without transparent huge pages. Do not ask again.
+  if (huge_pages_.exchange(false, std::memory_order_relaxed)) {
+    SHMCCL_INFO(kDevice, "NPU ", device_,
+                " arena: 4 KiB pages (madvise MADV_COLLAPSE: ", std::strerror(error), ")");
+  }
+  return false;
 }
 
 void Arena::free_segment(uint64_t offset, uint64_t bytes) {
@@ -219,13 +270,14 @@ void Arena::free_segment(uint64_t offset, uint64_t bytes) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = segments_.find(offset);
-    if (it == segments_.end() || it->second != length || length == 0) {
+    if (it == segments_.end() || it->second.length != length || length == 0) {
       throw Error(concat("NPU ", device_, " arena: free_segment(offset ", offset, ", ", bytes,
                          " bytes) does not match a segment",
                          it == segments_.end()
                              ? std::string(" (none starts there)")
-                             : concat(" (the one there has ", it->second, " bytes)")));
+                             : concat(" (the one there has ", it->second.length, " bytes)")));
     }
+    if (it->second.huge) huge_committed_ -= length;
     segments_.erase(it);
   }
 
@@ -266,6 +318,11 @@ void Arena::return_range_locked(uint64_t offset, uint64_t length) {
 uint64_t Arena::committed_bytes() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return committed_;
+}
+
+uint64_t Arena::huge_page_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return huge_committed_;
 }
 
 ArenaHandle Arena::handle() const {

@@ -4,18 +4,26 @@
 // reserved (sparse) and mapped once, MAP_SHARED, so that any peer process can map the same pages
 // (ArenaMapping) and address device pointers directly: the basis of zero-copy collectives.
 // Physical memory is committed per segment with fallocate, so a full machine is an
-// OutOfMemoryError at allocation time, never a SIGBUS later. Thread-safe.
+// OutOfMemoryError at allocation time, never a SIGBUS later. Each committed segment is then made
+// of 2 MiB pages where the kernel can (MADV_COLLAPSE, Linux 6.1; whatever the system's shmem
+// huge-page setting): a process maps 2 MiB with one page-table entry instead of 512, so the first
+// touch of a peer's tensor costs a fault per 2 MiB, not per 4 KiB (a trap to the hypervisor each
+// in a guest whose page tables the hypervisor shadows, 5-7 us). Thread-safe.
 //
 // File layout of the memfd (size kHeaderBytes + capacity):
-//   [0, kHeaderBytes)                      header page: magic, token, capacity, owner pid, device;
-//                                          written once by the owner before any handle exists,
-//                                          checked by ArenaMapping::open; never handed out.
+//   [0, kHeaderBytes)                      header: its first page (kHeaderPageBytes) holds magic,
+//                                          token, capacity, owner pid, device, written once by
+//                                          the owner before any handle exists and checked by
+//                                          ArenaMapping::open; the rest is never committed, and
+//                                          aligns the address space to huge pages.
 //                                          At kDecommitsOffset: how many segments the owner has
 //                                          decommitted (populate() starts over when it moved)
 //   [kHeaderBytes, kHeaderBytes+capacity)  the device's address space; base() points here, and
 //                                          segment offsets are relative to it
+// Every mapping of the file (the owner's, each peer's) starts on a 2 MiB boundary.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -40,9 +48,10 @@ static_assert(sizeof(ArenaHandle) == 32);
 
 class Arena {
  public:
-  // Reserves `capacity` bytes (rounded up to the page size) for `device`. Throws SystemError
-  // (InvalidArgument for a capacity of 0).
-  Arena(int device, uint64_t capacity);
+  // Reserves `capacity` bytes (rounded up to the page size) for `device`; with `huge_pages`,
+  // segments are made of 2 MiB pages where the kernel can. Throws SystemError (InvalidArgument
+  // for a capacity of 0).
+  Arena(int device, uint64_t capacity, bool huge_pages = true);
   ~Arena();
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
@@ -64,11 +73,15 @@ class Arena {
   void free_segment(uint64_t offset, uint64_t bytes);
 
   uint64_t committed_bytes() const;
+  // Of those, the bytes in 2 MiB pages.
+  uint64_t huge_page_bytes() const;
   ArenaHandle handle() const;
 
-  static constexpr uint64_t kSegmentGranularity = 2ull << 20;
-  // The header page in front of the address space (see the layout above).
-  static constexpr uint64_t kHeaderBytes = 4096;
+  static constexpr uint64_t kHugePageBytes = 2ull << 20;
+  static constexpr uint64_t kSegmentGranularity = kHugePageBytes;
+  // The header in front of the address space, and its one committed page (see the layout above).
+  static constexpr uint64_t kHeaderBytes = kHugePageBytes;
+  static constexpr uint64_t kHeaderPageBytes = 4096;
   // Where the header page keeps the decommit count (a std::atomic<uint64_t>, its own line).
   static constexpr uint64_t kDecommitsOffset = 64;
 
@@ -76,16 +89,26 @@ class Arena {
   // Puts [offset, offset + length) back into free_ranges_, merged with adjacent free ranges.
   // Requires mutex_.
   void return_range_locked(uint64_t offset, uint64_t length);
+  // Turns the committed range [offset, offset + length) into 2 MiB pages, best effort; returns
+  // whether it did. Stops trying for good where the kernel cannot.
+  bool make_huge(uint64_t offset, uint64_t length);
+
+  struct Segment {
+    uint64_t length;  // rounded to kSegmentGranularity
+    bool huge;        // made of 2 MiB pages
+  };
 
   const int device_;
   uint64_t capacity_ = 0;
   int fd_ = -1;           // owned memfd; closed by the destructor
   char* base_ = nullptr;  // owned mapping starts at base_ - kHeaderBytes
   uint64_t token_ = 0;
-  mutable std::mutex mutex_;                  // guards the three members below
+  std::atomic<bool> huge_pages_;              // cleared when the kernel cannot
+  mutable std::mutex mutex_;                  // guards the four members below
   std::map<uint64_t, uint64_t> free_ranges_;  // offset -> length, coalesced
-  std::map<uint64_t, uint64_t> segments_;     // offset -> rounded length, handed out
+  std::map<uint64_t, Segment> segments_;      // offset -> segment, handed out
   uint64_t committed_ = 0;
+  uint64_t huge_committed_ = 0;
 };
 
 // A peer's arena mapped into this process, read-write. Owns the fd and the mapping.
@@ -105,20 +128,21 @@ class ArenaMapping {
   const ArenaHandle& handle() const { return handle_; }
 
   // Fills this process's page tables for [offset, offset + bytes) of the mapping, once per
-  // range (remembered), so that copying into a peer's tensor does not take one page fault per
-  // 4 KiB: a work-pool collective writes pieces of every peer's buffer, and which rank writes
-  // which piece changes from call to call, so without this the faults went on for several calls
-  // (256 MiB all-gather at 4 ranks: 46-129 ms per call, 1.5 million minor faults in a run).
-  // Best effort (MADV_POPULATE_WRITE, Linux 5.14); the range must lie in the committed arena.
-  // What is remembered is forgotten once the owner decommits a segment (the hole punch empties
-  // our page tables there too, and the range may come back as a new tensor: npu::empty_cache()
-  // between two collectives on equal sizes otherwise cost the next ones their faults again).
-  // With `touch`, also reads a byte of every page of the range, once: where the hypervisor
-  // shadows the guest's page tables (a PVM guest), the first access after MADV_POPULATE_WRITE
-  // still traps, about 5 us a page, 20 times what copying the page costs warm. A caller whose
-  // ranks take each other's work touches the whole buffer on first use, so that later calls
-  // find every page warm whichever rank copies which piece.
-  // Thread-safe.
+  // range (remembered), so that copying into a peer's tensor does not take a page fault per page
+  // (an entry maps 2 MiB where the owner's segment is in huge pages, else 4 KiB): a work-pool
+  // collective writes pieces of every peer's buffer, and which rank writes which piece changes
+  // from call to call, so without this the faults went on for several calls (4 KiB pages, 256 MiB
+  // all-gather at 4 ranks: 46-129 ms per call, 1.5 million minor faults in a run). Best effort
+  // (MADV_POPULATE_WRITE, Linux 5.14); the range must lie in the committed arena. What is
+  // remembered is forgotten once the owner decommits a segment (the hole punch empties our page
+  // tables there too, and the range may come back as a new tensor: npu::empty_cache() between two
+  // collectives on equal sizes otherwise cost the next ones their faults again).
+  // With `touch`, also reads a byte of every 4 KiB of the range, once: where the hypervisor
+  // shadows the guest's page tables (a PVM guest), the first access to a 4 KiB page after
+  // MADV_POPULATE_WRITE still traps, about 5 us, 20 times what copying the page costs warm (in
+  // 2 MiB pages the touch costs 0.05 us per 4 KiB). A caller whose ranks take each other's work
+  // touches the whole buffer on first use, so that later calls find every page warm whichever
+  // rank copies which piece. Thread-safe.
   void populate(uint64_t offset, uint64_t bytes, bool touch = false);
 
  private:

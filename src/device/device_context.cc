@@ -80,7 +80,8 @@ DeviceState& device_state(int device) {
     return entry;
   std::call_once(entry.created, [&] {
     const uint64_t capacity = config::get_bytes("SHMCCL_NPU_MEMORY");
-    entry.arena = std::make_unique<Arena>(device, capacity);
+    entry.arena =
+        std::make_unique<Arena>(device, capacity, config::get_bool("SHMCCL_NPU_HUGE_PAGES"));
     entry.allocator = std::make_unique<CachingAllocator>(
         *entry.arena, config::get_bool("SHMCCL_NPU_CACHING_ALLOCATOR"));
     entry.default_stream = std::make_shared<npu::detail::StreamImpl>(

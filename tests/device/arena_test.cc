@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -14,12 +15,14 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "core/file_descriptor.h"
 #include "shmccl/error.hpp"
 #include "syscall_filter.h"
 
@@ -131,7 +134,7 @@ TEST(ArenaTest, ReservesSparselyAndCommitsPerSegment) {
   EXPECT_EQ(arena.capacity(), 64 * kMiB);
   EXPECT_EQ(arena.committed_bytes(), 0u);
   const int fd = arena.handle().fd;
-  EXPECT_EQ(physical_bytes(fd), Arena::kHeaderBytes);  // only the header page
+  EXPECT_EQ(physical_bytes(fd), Arena::kHeaderPageBytes);  // only the header page
 
   char name[256] = {};
   ASSERT_GT(::readlink(("/proc/self/fd/" + std::to_string(fd)).c_str(), name, sizeof(name) - 1), 0);
@@ -140,13 +143,13 @@ TEST(ArenaTest, ReservesSparselyAndCommitsPerSegment) {
   const uint64_t offset = arena.allocate_segment(1);
   EXPECT_EQ(offset % Arena::kSegmentGranularity, 0u);
   EXPECT_EQ(arena.committed_bytes(), 2 * kMiB);
-  EXPECT_EQ(physical_bytes(fd), Arena::kHeaderBytes + 2 * kMiB);
+  EXPECT_EQ(physical_bytes(fd), Arena::kHeaderPageBytes + 2 * kMiB);
   std::memset(arena.base() + offset, 0xab, 2 * kMiB);
-  EXPECT_EQ(physical_bytes(fd), Arena::kHeaderBytes + 2 * kMiB);  // writing did not add pages
+  EXPECT_EQ(physical_bytes(fd), Arena::kHeaderPageBytes + 2 * kMiB);  // writing added no pages
 
   arena.free_segment(offset, 1);
   EXPECT_EQ(arena.committed_bytes(), 0u);
-  EXPECT_EQ(physical_bytes(fd), Arena::kHeaderBytes);
+  EXPECT_EQ(physical_bytes(fd), Arena::kHeaderPageBytes);
 
   // Recommitted memory is fresh zero pages, at the same (first-fit) place.
   EXPECT_EQ(arena.allocate_segment(2 * kMiB), offset);
@@ -368,13 +371,14 @@ long faults_of_a_fresh_mapping(const Arena& arena, uint64_t offset, uint64_t byt
 
 // A peer's mapping filled by populate() takes no page fault per page when written; a range
 // inside one already populated is remembered (no second madvise needed to stay fault-free).
+// These fault counts need 4 KiB pages (huge pages: further down).
 TEST(ArenaMappingTest, PopulateFillsThePageTablesOfAPeerMapping) {
 #if defined(__SANITIZE_THREAD__)
   // Every write also faults in TSan's shadow memory (4 bytes per byte): the count says nothing.
   GTEST_SKIP() << "fault counts are meaningless under ThreadSanitizer";
 #endif
   constexpr uint64_t kBytes = 8 * kMiB;  // 2048 pages
-  Arena arena(5, 32 * kMiB);
+  Arena arena(5, 32 * kMiB, /*huge_pages=*/false);
   const uint64_t offset = arena.allocate_segment(kBytes);
   fill(arena.base() + offset, kBytes, 1);  // the owner's pages exist
   const long faults_without = faults_of_a_fresh_mapping(arena, offset, kBytes / 2, 2);
@@ -403,7 +407,7 @@ TEST(ArenaMappingTest, PopulateWithTouchKeepsTheDataAndFillsThePageTables) {
   GTEST_SKIP() << "fault counts are meaningless under ThreadSanitizer";
 #endif
   constexpr uint64_t kBytes = 8 * kMiB;  // 2048 pages
-  Arena arena(7, 32 * kMiB);
+  Arena arena(7, 32 * kMiB, /*huge_pages=*/false);
   const uint64_t offset = arena.allocate_segment(kBytes);
   fill(arena.base() + offset, kBytes, 1);
   const long faults_without = faults_of_a_fresh_mapping(arena, offset, kBytes / 2, 1);
@@ -429,7 +433,7 @@ TEST(ArenaMappingTest, PopulateStartsOverAfterTheOwnerDecommits) {
   GTEST_SKIP() << "fault counts are meaningless under ThreadSanitizer";
 #endif
   constexpr uint64_t kBytes = 8 * kMiB;  // 2048 pages
-  Arena arena(6, 32 * kMiB);
+  Arena arena(6, 32 * kMiB, /*huge_pages=*/false);
   const uint64_t offset = arena.allocate_segment(kBytes);
   fill(arena.base() + offset, kBytes, 1);
   auto mapping = ArenaMapping::open(arena.handle());
@@ -441,6 +445,85 @@ TEST(ArenaMappingTest, PopulateStartsOverAfterTheOwnerDecommits) {
   const long faults = faults_filling(mapping->base() + offset, kBytes, 3);
   EXPECT_LT(faults, 2048 / 4) << "the range was not populated again";
   EXPECT_TRUE(check(arena.base() + offset, kBytes, 3));
+}
+
+// Whether this kernel turns a committed range of a memfd into 2 MiB pages on request (Linux 6.1
+// and transparent huge pages): asked of a memfd of our own, not of the arena under test.
+bool kernel_makes_huge_pages() {
+  FileDescriptor fd(::memfd_create("shmccl-huge-probe", MFD_CLOEXEC));
+  if (fd.get() < 0 || ::fallocate(fd.get(), 0, 0, static_cast<off_t>(4 * kMiB)) != 0) return false;
+  char* reserved = static_cast<char*>(
+      ::mmap(nullptr, 6 * kMiB, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+  if (reserved == MAP_FAILED) return false;
+  const auto aligned = reinterpret_cast<char*>(
+      (reinterpret_cast<uintptr_t>(reserved) + 2 * kMiB - 1) & ~(uintptr_t{2 * kMiB} - 1));
+  bool huge = false;
+  if (::mmap(aligned, 4 * kMiB, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd.get(), 0) !=
+      MAP_FAILED) {
+    huge = ::madvise(aligned, 4 * kMiB, 25 /* MADV_COLLAPSE */) == 0;
+  }
+  ::munmap(reserved, 6 * kMiB);
+  return huge;
+}
+
+// Bytes of the mapping that holds `address` that this process maps with 2 MiB entries
+// (/proc/self/smaps, ShmemPmdMapped); -1 when no mapping holds it.
+int64_t pmd_mapped_bytes(const void* address) {
+  const auto target = reinterpret_cast<uintptr_t>(address);
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    uintptr_t start = 0;
+    uintptr_t end = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &start, &end) == 2 &&
+        line.find('-') < line.find(' ')) {
+      inside = target >= start && target < end;
+      continue;
+    }
+    long kib = 0;
+    if (inside && std::sscanf(line.c_str(), "ShmemPmdMapped: %ld kB", &kib) == 1) {
+      return static_cast<int64_t>(kib) * 1024;
+    }
+  }
+  return -1;
+}
+
+// Committed segments are 2 MiB pages: the owner and a peer that populates map them with an
+// entry per 2 MiB, writing them faults a handful of times instead of once a page, a decommit
+// frees them whole, and a recommitted range is huge again. With huge_pages = false, 4 KiB pages.
+TEST(ArenaTest, SegmentsAreHugePagesWhereTheKernelCan) {
+  if (!kernel_makes_huge_pages()) GTEST_SKIP() << "this kernel makes no 2 MiB pages of a memfd";
+  constexpr uint64_t kBytes = 8 * kMiB;
+  Arena arena(4, 32 * kMiB);
+  const int fd = arena.handle().fd;
+  for (int round = 0; round < 2; ++round) {  // the second: after a decommit
+    const uint64_t offset = arena.allocate_segment(kBytes);
+    EXPECT_EQ(arena.huge_page_bytes(), kBytes) << "round " << round;
+    EXPECT_EQ(physical_bytes(fd), Arena::kHeaderPageBytes + kBytes);
+    EXPECT_EQ(pmd_mapped_bytes(arena.base() + offset), static_cast<int64_t>(kBytes));
+    fill(arena.base() + offset, kBytes, static_cast<uint8_t>(round + 1));
+
+    auto peer = ArenaMapping::open(arena.handle());
+    EXPECT_EQ(pmd_mapped_bytes(peer->base() + offset), 0);
+    peer->populate(offset + 4096, kBytes - 8192);  // the kernel maps the whole 2 MiB pages
+    EXPECT_EQ(pmd_mapped_bytes(peer->base() + offset), static_cast<int64_t>(kBytes));
+    EXPECT_TRUE(check(peer->base() + offset, kBytes, static_cast<uint8_t>(round + 1)));
+#if !defined(__SANITIZE_THREAD__)  // TSan's shadow memory faults too
+    EXPECT_LT(faults_filling(peer->base() + offset, kBytes, 9), 64) << "2048 4 KiB pages";
+#endif
+    EXPECT_TRUE(check(arena.base() + offset, kBytes, 9));
+
+    arena.free_segment(offset, kBytes);
+    EXPECT_EQ(arena.huge_page_bytes(), 0u);
+    EXPECT_EQ(physical_bytes(fd), Arena::kHeaderPageBytes) << "the huge pages were not freed";
+  }
+
+  Arena small_pages(4, 32 * kMiB, /*huge_pages=*/false);
+  const uint64_t offset = small_pages.allocate_segment(kBytes);
+  EXPECT_EQ(small_pages.huge_page_bytes(), 0u);
+  fill(small_pages.base() + offset, kBytes, 1);
+  EXPECT_EQ(pmd_mapped_bytes(small_pages.base() + offset), 0);
 }
 
 // The parent owns the arena; a child maps it through pidfd_getfd of its parent.
@@ -515,7 +598,7 @@ TEST(ArenaMappingTest, MismatchedHandlesAreRemoteErrors) {
   bad = good;
   bad.capacity += 4096;
   EXPECT_THAT(error_text<RemoteError>([&] { ArenaMapping::open(bad); }),
-              HasSubstr("fd is not the arena: size 8392704 bytes, expected 8396800"));
+              HasSubstr("fd is not the arena: size 10485760 bytes, expected 10489856"));
 
   Arena other(2, 8 * kMiB);  // same size and device, different token
   bad = other.handle();
