@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 
 #include "device/arena.h"
 #include "device/caching_allocator.h"
@@ -16,6 +17,7 @@
 namespace {
 
 using shmccl::device::Arena;
+using shmccl::device::ArenaMapping;
 using shmccl::device::CachingAllocator;
 
 constexpr int64_t kMiB = 1 << 20;
@@ -61,28 +63,59 @@ BENCHMARK_CAPTURE(BM_AllocFree, caching, Kind::kCaching)->Apply(alloc_free_args)
 BENCHMARK_CAPTURE(BM_AllocFree, malloc, Kind::kMalloc)->Apply(alloc_free_args)->ThreadRange(1, 4);
 BENCHMARK_CAPTURE(BM_AllocFree, uncached, Kind::kUncached)->Apply(alloc_free_args);
 
-// A cold allocate_segment: take a range and fallocate (commit, zero) its pages. The decommit
-// (punch hole) after each iteration is timed separately as `decommit_per_MiB`.
+// A cold allocate_segment: take a range and fallocate (commit, zero) its pages, in 2 MiB pages
+// (huge:1, the default; MADV_COLLAPSE) or 4 KiB pages (huge:0). Untimed in the iteration but
+// reported per MiB: the decommit (punch hole) after it (`decommit_per_MiB`), the owner's first
+// write of every byte (`write_per_MiB`: a fresh tensor's first use), and a peer's first touch
+// through a fresh mapping, populate() and then a read per 4 KiB (`peer_touch_per_MiB`: a rank's
+// first collective on that tensor). What huge pages save is in the last two.
 void BM_ArenaCommit(benchmark::State& state) {
   const int64_t mib = state.range(0);
-  Arena arena(0, 2ull << 30);
+  const auto bytes = static_cast<uint64_t>(mib * kMiB);
+  Arena arena(0, 2ull << 30, /*huge_pages=*/state.range(1) != 0);
   double decommit_seconds = 0;
+  double write_seconds = 0;
+  double touch_seconds = 0;
+  double huge_bytes = 0;
+  using Clock = std::chrono::steady_clock;
+  auto seconds = [](Clock::time_point from, Clock::time_point to) {
+    return std::chrono::duration<double>(to - from).count();
+  };
   for (auto _ : state) {
-    auto start = std::chrono::steady_clock::now();
-    const uint64_t offset = arena.allocate_segment(static_cast<uint64_t>(mib * kMiB));
-    auto committed = std::chrono::steady_clock::now();
-    arena.free_segment(offset, static_cast<uint64_t>(mib * kMiB));
-    auto released = std::chrono::steady_clock::now();
-    state.SetIterationTime(std::chrono::duration<double>(committed - start).count());
-    decommit_seconds += std::chrono::duration<double>(released - committed).count();
+    auto start = Clock::now();
+    const uint64_t offset = arena.allocate_segment(bytes);
+    auto committed = Clock::now();
+    huge_bytes += static_cast<double>(arena.huge_page_bytes());
+    std::memset(arena.base() + offset, 1, bytes);
+    auto written = Clock::now();
+    {
+      auto peer = ArenaMapping::open(arena.handle());
+      auto opened = Clock::now();
+      peer->populate(offset, bytes);
+      for (uint64_t page = 0; page < bytes; page += 4096)
+        benchmark::DoNotOptimize(*static_cast<volatile char*>(peer->base() + offset + page));
+      touch_seconds += seconds(opened, Clock::now());
+    }
+    auto freed_from = Clock::now();
+    arena.free_segment(offset, bytes);
+    auto released = Clock::now();
+    state.SetIterationTime(seconds(start, committed));
+    write_seconds += seconds(committed, written);
+    decommit_seconds += seconds(freed_from, released);
   }
   const double total_mib = static_cast<double>(state.iterations() * mib);
   state.SetBytesProcessed(state.iterations() * mib * kMiB);
   state.counters["commit_per_MiB"] =
       benchmark::Counter(total_mib, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
   state.counters["decommit_per_MiB"] = benchmark::Counter(decommit_seconds / total_mib);
+  state.counters["write_per_MiB"] = benchmark::Counter(write_seconds / total_mib);
+  state.counters["peer_touch_per_MiB"] = benchmark::Counter(touch_seconds / total_mib);
+  state.counters["huge_share"] = huge_bytes / static_cast<double>(total_mib * kMiB);
 }
-BENCHMARK(BM_ArenaCommit)->Arg(2)->Arg(8)->Arg(64)->Arg(512)->UseManualTime();
+BENCHMARK(BM_ArenaCommit)
+    ->ArgNames({"MiB", "huge"})
+    ->ArgsProduct({{2, 8, 64, 512}, {0, 1}})
+    ->UseManualTime();
 
 }  // namespace
 
