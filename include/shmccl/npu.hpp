@@ -114,8 +114,9 @@ struct MemoryStats {
   uint64_t max_reserved_bytes = 0;
   uint64_t num_allocs = 0;
   uint64_t num_frees = 0;
-  uint64_t num_segments = 0;    // committed arena segments
-  uint64_t capacity_bytes = 0;  // the device's total memory (the arena's size)
+  uint64_t num_segments = 0;     // committed arena segments
+  uint64_t capacity_bytes = 0;   // the device's total memory (the arena's size)
+  uint64_t huge_page_bytes = 0;  // of reserved_bytes, those in 2 MiB pages (SHMCCL_NPU_HUGE_PAGES)
 };
 MemoryStats memory_stats(int device = -1);
 uint64_t memory_allocated(int device = -1);

@@ -261,6 +261,7 @@ npu::MemoryStats CachingAllocator::stats() const {
   std::lock_guard<std::mutex> lock(state_->mutex);
   npu::MemoryStats stats = state_->stats;
   stats.capacity_bytes = arena_.capacity();
+  stats.huge_page_bytes = arena_.huge_page_bytes();
   return stats;
 }
 

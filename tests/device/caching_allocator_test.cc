@@ -196,6 +196,10 @@ TEST_F(CachingAllocatorTest, StatsAndPeaksAreExact) {
   EXPECT_EQ(stats.num_frees, 0u);
   EXPECT_EQ(stats.num_segments, 2u);
   EXPECT_EQ(stats.capacity_bytes, 64 * kMiB);
+  // Both segments in 2 MiB pages, or none where the kernel makes none (arena_test.cc's test).
+  EXPECT_EQ(stats.huge_page_bytes, arena_.huge_page_bytes());
+  EXPECT_TRUE(stats.huge_page_bytes == 0 || stats.huge_page_bytes == 6 * kMiB)
+      << stats.huge_page_bytes;
 
   allocator_.free(b);
   stats = allocator_.stats();
