@@ -509,8 +509,9 @@ TEST(ArenaTest, SegmentsAreHugePagesWhereTheKernelCan) {
     peer->populate(offset + 4096, kBytes - 8192);  // the kernel maps the whole 2 MiB pages
     EXPECT_EQ(pmd_mapped_bytes(peer->base() + offset), static_cast<int64_t>(kBytes));
     EXPECT_TRUE(check(peer->base() + offset, kBytes, static_cast<uint8_t>(round + 1)));
+    [[maybe_unused]] const long faults = faults_filling(peer->base() + offset, kBytes, 9);
 #if !defined(__SANITIZE_THREAD__)  // TSan's shadow memory faults too
-    EXPECT_LT(faults_filling(peer->base() + offset, kBytes, 9), 64) << "2048 4 KiB pages";
+    EXPECT_LT(faults, 64) << "2048 4 KiB pages";
 #endif
     EXPECT_TRUE(check(arena.base() + offset, kBytes, 9));
 
