@@ -216,7 +216,7 @@ inline std::string shortest(double value) {
 // "madvise" or "always"). Unmapped by the destructor.
 class CopyBuffers {
  public:
-  CopyBuffers(size_t size, bool huge) : huge_(huge) {
+  CopyBuffers(size_t size, bool huge) {
     if (!huge) {
       plain_source_.reset(new char[size]);
       plain_destination_.reset(new char[size]);
@@ -234,7 +234,7 @@ class CopyBuffers {
     destination_ = start + round_up(size);
   }
   ~CopyBuffers() {
-    if (huge_) ::munmap(region_, mapped_);
+    if (region_ != nullptr) ::munmap(region_, mapped_);
   }
   CopyBuffers(const CopyBuffers&) = delete;
   CopyBuffers& operator=(const CopyBuffers&) = delete;
@@ -244,7 +244,6 @@ class CopyBuffers {
  private:
   static constexpr size_t kHuge = 2u << 20;
   static size_t round_up(size_t bytes) { return (bytes + kHuge - 1) / kHuge * kHuge; }
-  bool huge_;
   std::unique_ptr<char[]> plain_source_, plain_destination_;
   void* region_ = nullptr;
   size_t mapped_ = 0;

@@ -54,11 +54,9 @@ int main(int argc, char** argv) {
   const auto allocation_start = Clock::now();
   const bool gathers = op == "all_gather";
   const bool scatters = op == "reduce_scatter";
-  shmccl::Tensor input = shmccl::ones({scatters  ? rows * world
-                                       : gathers ? rows
-                                                 : rows * world},
-                                      shmccl::kFloat32)
-                             .npu();
+  // A rank's rows in, every rank's out (all-gather); the reverse (reduce-scatter); all of them
+  // in place (all-reduce: the output is unused).
+  shmccl::Tensor input = shmccl::ones({gathers ? rows : rows * world}, shmccl::kFloat32).npu();
   shmccl::Tensor output = shmccl::zeros({scatters ? rows : rows * world}, shmccl::kFloat32).npu();
   shmccl::npu::synchronize();
   const double allocation_ms = milliseconds_since(allocation_start);
