@@ -22,6 +22,8 @@
 #                       size: a machine whose speed drifts over minutes (a VM whose vCPUs move)
 #                       then meets every library in about the same state at each size
 #     --timeout S       limit per binary run (default: 900 s; a run cut short keeps its rows)
+#     --busy N          N CPU-bound processes (busy loops) run beside every library's ranks, as
+#                       on a host whose data loaders or other jobs keep the cores busy
 # Needs the benchmarks built (cmake -DSHMCCL_BUILD_BENCHMARKS=ON); the peers run when
 # build/bench/shmccl_peer_{openmpi,mpich}_bench exist. Plots need matplotlib for python3
 # (Debian: apt-get install -y python3-matplotlib); without it they are skipped with a message.
@@ -31,7 +33,7 @@ repo=$(dirname "$here")
 
 original=("$@")
 build=build ranks=() positional=() out="" plots="" no_plots=0 quick=0 filter="" peer_filter=""
-peers=1 bind=1 interleave=0 max_bytes=256M
+peers=1 bind=1 interleave=0 max_bytes=256M busy=0
 timeout_s=900
 method=()
 while [ $# -gt 0 ]; do
@@ -53,7 +55,8 @@ while [ $# -gt 0 ]; do
     --calls-per-sample) method+=("--bench_calls_per_sample=$2"); shift ;;
     --interleave) interleave=1 ;;
     --timeout) timeout_s=$2; shift ;;
-    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --busy) busy=$2; shift ;;
+    -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
     *) positional+=("$1") ;;
   esac
@@ -113,9 +116,18 @@ done
         sed -n 's/^Model name: *//p' | head -1)"
   echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "git: $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo '?')"
-  echo "command: $0 ${original[*]:-} (method: ${method[*]:-defaults}; bind: $bind)"
+  echo "command: $0 ${original[*]:-} (method: ${method[*]:-defaults}; bind: $bind; busy: $busy)"
 } > "$out/machine.txt"
 cat "$out/machine.txt"
+
+# The competing processes of --busy: started once for the whole run, stopped on any exit.
+busy_pids=()
+stop_busy() { [ ${#busy_pids[@]} -eq 0 ] || kill "${busy_pids[@]}" 2>/dev/null || true; }
+trap stop_busy EXIT
+for ((i = 0; i < busy; i++)); do
+  (trap - EXIT; while :; do :; done) &
+  busy_pids+=($!)
+done
 
 results=() failures=() one_size=()
 started=$(date +%s)
