@@ -119,18 +119,16 @@ class Library {
 }  // namespace
 
 int main(int argc, char** argv) {
-  Library library(&argc, &argv);
   const std::string op = argc > 1 ? argv[1] : "all_reduce";
   const int64_t bytes = argc > 2 ? std::atoll(argv[2]) : 8;
   const int iterations = argc > 3 ? std::max(10, std::atoi(argv[3])) : 20000;
   if (op != "all_reduce" && op != "broadcast" && op != "all_gather" && op != "none") {
-    if (library.rank() == 0) {
-      std::fprintf(stderr,
-                   "usage: call_after_barrier [all_reduce|broadcast|all_gather|none [BYTES "
-                   "[ITERS]]]\n");
-    }
+    std::fprintf(stderr,
+                 "usage: call_after_barrier [all_reduce|broadcast|all_gather|none [BYTES "
+                 "[ITERS]]]\n");
     return 2;
   }
+  Library library(&argc, &argv);
   const int rank = library.rank();
   const int world = library.world();
   // float32 elements of the all-reduce's or broadcast's buffer, or of each rank's all-gather input.
