@@ -3,14 +3,14 @@
 // Where the time of "barrier; one timed call" goes, rank by rank: the benchmarks' method times
 // each rank from its own exit of the library's barrier, so a barrier that lets one rank out
 // before another moves time between the two collectives. Each rank runs ITERS times "barrier;
-// t0; call; t1" and rank 0 prints, per rank, the median call time and the medians of its barrier
-// exit and call end measured from the first rank's exit of that iteration; then the suite's
-// figure (the median of every rank's samples), the median span (first exit to last end) and the
-// mean time of a whole iteration (barrier + call). steady_clock reads CLOCK_MONOTONIC, one clock
-// for every process of the host.
-//   shmrun --nproc-per-node 2 --numa-binding core -- build/bench/shmccl_call_after_barrier
-//   all_reduce 8 mpirun.openmpi --bind-to core -np 2
-//   build/bench/shmccl_peer_openmpi_call_after_barrier all_reduce 8
+// t0; call; t1". Rank 0 prints, per rank, the median call time, the medians of its barrier exit
+// and call end counted from the first rank's exit of that iteration, and its context switches
+// per iteration (getrusage); then the suite's figure (the median of every rank's samples), the
+// median span (first exit to last end) and the mean time of a whole iteration (barrier + call).
+// steady_clock reads CLOCK_MONOTONIC, one clock for every process of the host. For example:
+//   cd build/bench
+//   shmrun --nproc-per-node 2 --numa-binding core -- ./shmccl_call_after_barrier all_reduce 8
+//   mpirun.openmpi --bind-to core -np 2 ./shmccl_peer_openmpi_call_after_barrier all_reduce 8
 // OP: all_reduce (SUM, in place, BYTES of float32), broadcast (from rank 0, BYTES of float32),
 // all_gather (BYTES of output per rank, an even split) or none (the barrier alone). Built for
 // shmccl and, with SHMCCL_PEER_LIBRARY, once per MPI found (bench/CMakeLists.txt).
@@ -21,6 +21,8 @@
 #else
 #include <shmccl/shmccl.hpp>
 #endif
+
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -147,7 +149,10 @@ int main(int argc, char** argv) {
     library.barrier();
     call();
   }
-  std::vector<double> times(2 * static_cast<size_t>(iterations));  // exits, then ends
+  // Exits, then ends, then the context switches of the loop (voluntary, involuntary).
+  std::vector<double> times(2 * static_cast<size_t>(iterations) + 2);
+  rusage before{};
+  getrusage(RUSAGE_SELF, &before);
   for (int i = 0; i < iterations; ++i) {
     library.barrier();
     const auto start = Clock::now();
@@ -156,6 +161,10 @@ int main(int argc, char** argv) {
     times[static_cast<size_t>(i)] = nanoseconds(start);
     times[static_cast<size_t>(iterations + i)] = nanoseconds(end);
   }
+  rusage after{};
+  getrusage(RUSAGE_SELF, &after);
+  times[times.size() - 2] = static_cast<double>(after.ru_nvcsw - before.ru_nvcsw);
+  times[times.size() - 1] = static_cast<double>(after.ru_nivcsw - before.ru_nivcsw);
   const std::vector<double> all = library.gather(times);
   if (rank != 0) return 0;
 
@@ -164,6 +173,10 @@ int main(int argc, char** argv) {
   };
   auto end_of = [&](int r, int i) {
     return all[static_cast<size_t>(r) * times.size() + static_cast<size_t>(iterations + i)];
+  };
+  auto switches_of = [&](int r, int which) {  // per iteration; 0: voluntary, 1: involuntary
+    return all[static_cast<size_t>(r + 1) * times.size() - 2 + static_cast<size_t>(which)] /
+           iterations;
   };
   std::vector<double> first_exit(static_cast<size_t>(iterations));
   std::vector<double> spans(static_cast<size_t>(iterations));
@@ -189,8 +202,10 @@ int main(int argc, char** argv) {
       ends.push_back(end_of(r, i) - first);
     }
     every_sample.insert(every_sample.end(), call_times.begin(), call_times.end());
-    std::printf("  rank %d: call %6.0f   barrier exit %+6.0f   call end %6.0f\n", r,
-                median(call_times), median(exits), median(ends));
+    std::printf(
+        "  rank %d: call %6.0f   barrier exit %+6.0f   call end %6.0f   context switches per "
+        "iteration %.2f + %.2f involuntary\n",
+        r, median(call_times), median(exits), median(ends), switches_of(r, 0), switches_of(r, 1));
   }
   const double iteration = (first_exit.back() - first_exit.front()) / (iterations - 1);
   std::printf(
