@@ -55,7 +55,8 @@ while [ $# -gt 0 ]; do
     --calls-per-sample) method+=("--bench_calls_per_sample=$2"); shift ;;
     --interleave) interleave=1 ;;
     --timeout) timeout_s=$2; shift ;;
-    --busy) busy=$2; shift ;;
+    --busy) busy=$2; shift
+            [[ "$busy" =~ ^[0-9]+$ ]] || { echo "--busy takes a count of processes" >&2; exit 2; } ;;
     -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
     *) positional+=("$1") ;;
