@@ -14,14 +14,6 @@
 // OP: all_reduce (SUM, in place, BYTES of float32), broadcast (from rank 0, BYTES of float32),
 // all_gather (BYTES of output per rank, an even split) or none (the barrier alone). Built for
 // shmccl and, with SHMCCL_PEER_LIBRARY, once per MPI found (bench/CMakeLists.txt).
-#ifdef SHMCCL_PEER_LIBRARY
-#define OMPI_SKIP_MPICXX 1
-#define MPICH_SKIP_MPICXX 1
-#include <mpi.h>
-#else
-#include <shmccl/shmccl.hpp>
-#endif
-
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -32,19 +24,24 @@
 #include <string>
 #include <vector>
 
+#ifdef SHMCCL_PEER_LIBRARY
+#include "peers/mpi_comm.h"
+#else
+#include "bench_launch.h"
+#endif
+#include "bench_method.h"
+
 namespace {
 
+using shmccl::bench::median;
 using Clock = std::chrono::steady_clock;
 
 double nanoseconds(Clock::time_point time) {
   return std::chrono::duration<double, std::nano>(time.time_since_epoch()).count();
 }
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
-
+// The library under test: its world, the three collectives, and bench_method.h's view of it
+// (`comm`: the barrier, and the gather of every rank's figures).
 #ifdef SHMCCL_PEER_LIBRARY
 class Library {
  public:
@@ -60,7 +57,6 @@ class Library {
     buffer_.assign(static_cast<size_t>(elements), 1.0f);
     gathered_.assign(static_cast<size_t>(elements * world_), 0.0f);
   }
-  void barrier() { MPI_Barrier(MPI_COMM_WORLD); }
   void all_reduce() {
     MPI_Allreduce(MPI_IN_PLACE, buffer_.data(), static_cast<int>(buffer_.size()), MPI_FLOAT,
                   MPI_SUM, MPI_COMM_WORLD);
@@ -72,13 +68,8 @@ class Library {
     MPI_Allgather(buffer_.data(), static_cast<int>(buffer_.size()), MPI_FLOAT, gathered_.data(),
                   static_cast<int>(buffer_.size()), MPI_FLOAT, MPI_COMM_WORLD);
   }
-  std::vector<double> gather(const std::vector<double>& mine) {
-    std::vector<double> all(mine.size() * static_cast<size_t>(world_));
-    MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, all.data(),
-                  static_cast<int>(mine.size()), MPI_DOUBLE, MPI_COMM_WORLD);
-    return all;
-  }
   const char* name() const { return SHMCCL_PEER_LIBRARY; }
+  shmccl::bench::MpiComm comm;
 
  private:
   int rank_ = 0;
@@ -100,17 +91,11 @@ class Library {
     buffer_ = shmccl::ones({elements}, shmccl::kFloat32).npu();
     gathered_ = shmccl::zeros({elements * world()}, shmccl::kFloat32).npu();
   }
-  void barrier() { shmccl::barrier(); }
   void all_reduce() { shmccl::all_reduce(buffer_); }
   void broadcast() { shmccl::broadcast(buffer_, /*src=*/0); }
   void all_gather() { shmccl::all_gather_into_tensor(gathered_, buffer_); }
-  std::vector<double> gather(const std::vector<double>& mine) {
-    const auto count = static_cast<int64_t>(mine.size());
-    shmccl::Tensor all = shmccl::zeros({count * world()}, shmccl::kFloat64).npu();
-    shmccl::all_gather_into_tensor(all, shmccl::from_vector<double>(mine).npu());
-    return all.cpu().to_vector<double>();
-  }
   const char* name() const { return "shmccl"; }
+  shmccl::bench::ShmcclComm comm;
 
  private:
   shmccl::Tensor buffer_;
@@ -146,66 +131,60 @@ int main(int argc, char** argv) {
     }
   };
   for (int i = 0; i < 2000; ++i) {  // warm-up, and the ranks' first placement
-    library.barrier();
+    library.comm.barrier();
     call();
   }
-  // Exits, then ends, then the context switches of the loop (voluntary, involuntary).
-  std::vector<double> times(2 * static_cast<size_t>(iterations) + 2);
+  std::vector<double> exits(static_cast<size_t>(iterations));
+  std::vector<double> ends(static_cast<size_t>(iterations));
   rusage before{};
   getrusage(RUSAGE_SELF, &before);
-  for (int i = 0; i < iterations; ++i) {
-    library.barrier();
+  for (size_t i = 0; i < exits.size(); ++i) {
+    library.comm.barrier();
     const auto start = Clock::now();
     call();
     const auto end = Clock::now();
-    times[static_cast<size_t>(i)] = nanoseconds(start);
-    times[static_cast<size_t>(iterations + i)] = nanoseconds(end);
+    exits[i] = nanoseconds(start);
+    ends[i] = nanoseconds(end);
   }
   rusage after{};
   getrusage(RUSAGE_SELF, &after);
-  times[times.size() - 2] = static_cast<double>(after.ru_nvcsw - before.ru_nvcsw);
-  times[times.size() - 1] = static_cast<double>(after.ru_nivcsw - before.ru_nivcsw);
-  const std::vector<double> all = library.gather(times);
+  // Every rank's figures on every rank, rank-major.
+  const std::vector<double> all_exits = library.comm.all_gather(exits);
+  const std::vector<double> all_ends = library.comm.all_gather(ends);
+  const std::vector<double> switches = library.comm.all_gather(
+      {static_cast<double>(after.ru_nvcsw - before.ru_nvcsw) / iterations,
+       static_cast<double>(after.ru_nivcsw - before.ru_nivcsw) / iterations});
   if (rank != 0) return 0;
 
-  auto exit_of = [&](int r, int i) {
-    return all[static_cast<size_t>(r) * times.size() + static_cast<size_t>(i)];
-  };
-  auto end_of = [&](int r, int i) {
-    return all[static_cast<size_t>(r) * times.size() + static_cast<size_t>(iterations + i)];
-  };
-  auto switches_of = [&](int r, int which) {  // per iteration; 0: voluntary, 1: involuntary
-    return all[static_cast<size_t>(r + 1) * times.size() - 2 + static_cast<size_t>(which)] /
-           iterations;
-  };
-  std::vector<double> first_exit(static_cast<size_t>(iterations));
-  std::vector<double> spans(static_cast<size_t>(iterations));
-  for (int i = 0; i < iterations; ++i) {
-    double first = exit_of(0, i);
-    double last = end_of(0, i);
-    for (int r = 1; r < world; ++r) {
-      first = std::min(first, exit_of(r, i));
-      last = std::max(last, end_of(r, i));
+  const size_t n = exits.size();
+  std::vector<double> first_exit(n);
+  std::vector<double> spans(n);
+  for (size_t i = 0; i < n; ++i) {
+    double first = all_exits[i];
+    double last = all_ends[i];
+    for (size_t r = 1; r < static_cast<size_t>(world); ++r) {
+      first = std::min(first, all_exits[r * n + i]);
+      last = std::max(last, all_ends[r * n + i]);
     }
-    first_exit[static_cast<size_t>(i)] = first;
-    spans[static_cast<size_t>(i)] = last - first;
+    first_exit[i] = first;
+    spans[i] = last - first;
   }
   std::printf("%s, %d ranks, %s of %lld bytes, %d iterations (ns, medians over iterations)\n",
               library.name(), world, op.c_str(), static_cast<long long>(bytes), iterations);
   std::vector<double> every_sample;
-  for (int r = 0; r < world; ++r) {
-    std::vector<double> call_times, exits, ends;
-    for (int i = 0; i < iterations; ++i) {
-      const double first = first_exit[static_cast<size_t>(i)];
-      call_times.push_back(end_of(r, i) - exit_of(r, i));
-      exits.push_back(exit_of(r, i) - first);
-      ends.push_back(end_of(r, i) - first);
+  for (size_t r = 0; r < static_cast<size_t>(world); ++r) {
+    std::vector<double> call_times, rank_exits, rank_ends;
+    for (size_t i = 0; i < n; ++i) {
+      call_times.push_back(all_ends[r * n + i] - all_exits[r * n + i]);
+      rank_exits.push_back(all_exits[r * n + i] - first_exit[i]);
+      rank_ends.push_back(all_ends[r * n + i] - first_exit[i]);
     }
     every_sample.insert(every_sample.end(), call_times.begin(), call_times.end());
     std::printf(
-        "  rank %d: call %6.0f   barrier exit %+6.0f   call end %6.0f   context switches per "
+        "  rank %zu: call %6.0f   barrier exit %+6.0f   call end %6.0f   context switches per "
         "iteration %.2f + %.2f involuntary\n",
-        r, median(call_times), median(exits), median(ends), switches_of(r, 0), switches_of(r, 1));
+        r, median(call_times), median(rank_exits), median(rank_ends), switches[2 * r],
+        switches[2 * r + 1]);
   }
   const double iteration = (first_exit.back() - first_exit.front()) / (iterations - 1);
   std::printf(

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "../bench_method.h"
+#include "mpi_comm.h"
 
 #ifndef SHMCCL_PEER_LIBRARY
 #define SHMCCL_PEER_LIBRARY "mpi"
@@ -34,36 +35,6 @@
 
 namespace shmccl::bench {
 namespace {
-
-// bench_method.h's view of MPI_COMM_WORLD.
-class MpiComm {
- public:
-  void barrier() { MPI_Barrier(MPI_COMM_WORLD); }
-  void idle_barrier() {
-    MPI_Request request;
-    MPI_Ibarrier(MPI_COMM_WORLD, &request);
-    int done = 0;
-    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
-    while (!done) {
-      const timespec millisecond{0, 1000000};
-      nanosleep(&millisecond, nullptr);
-      MPI_Test(&request, &done, MPI_STATUS_IGNORE);
-    }
-  }
-  double max(double value) {
-    double result = 0;
-    MPI_Allreduce(&value, &result, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    return result;
-  }
-  std::vector<double> all_gather(const std::vector<double>& mine) {
-    int world = 1;
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
-    std::vector<double> all(mine.size() * static_cast<size_t>(world));
-    MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, all.data(),
-                  static_cast<int>(mine.size()), MPI_DOUBLE, MPI_COMM_WORLD);
-    return all;
-  }
-};
 
 // bfloat16 as 16-bit words: float32's top half, rounded to nearest even (NaN stays NaN).
 float bf16_to_float(uint16_t bits) {
