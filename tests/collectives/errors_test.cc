@@ -124,6 +124,12 @@ TEST(CollectiveErrorsTest, NotInitializedAndDoubleInit) {
     no_ranks.world_size = 0;
     require_error([&] { init_process_group(no_ranks); },
                   "world size 0: a group needs at least 1 rank");
+    InitOptions too_many;  // the control block's descriptors hold 64 ranks' splits
+    too_many.rank = 0;
+    too_many.world_size = 65;
+    too_many.job_id = testing::unique_job_id();
+    require_error([&] { init_process_group(too_many); },
+                  "world size 65 exceeds the maximum of 64 ranks on one host");
     ctx.init();
     require_error([&] { ctx.init(); }, "already initialized");
     destroy_process_group();
