@@ -98,6 +98,17 @@ TEST(CollectiveErrorsTest, ArgumentErrorsHaveTheReferenceTextsAndLeaveTheGroupUs
         require_error([&] { all_gather(too_few, input); }, "expected 2 output tensors");
         require_error([&] { new_group({0, 0}); }, "duplicate ranks");
         require_error([&] { group_from_comm_name("nope"); }, "unknown communicator name");
+        // An op cast from an integer the enum does not name: the rank's own error, not a
+        // failure of the kernel once every rank arrived (which would fail the group).
+        Tensor values = ones({4}, kInt32).npu();
+        require_error([&] { all_reduce(values, static_cast<ReduceOp>(9)); },
+                      "all_reduce: invalid reduce op 9");
+        require_error(
+            [&] {
+              Tensor half = zeros({2}, kInt32).npu();
+              reduce_scatter_tensor(half, values, static_cast<ReduceOp>(-1));
+            },
+            "invalid reduce op -1");
         Tensor flags = zeros({4}, kBool).npu();  // torch's text
         require_error([&] { all_reduce(flags, ReduceOp::AVG); },
                       "Cannot use ReduceOp.AVG with boolean inputs");
