@@ -51,15 +51,6 @@ const char* kind_name(OpKind kind) {
   return "unknown";
 }
 
-uint64_t chunk_bytes() {
-  static const uint64_t bytes = [] {
-    uint64_t configured = config::get_bytes("SHMCCL_CHUNK_BYTES");
-    configured = std::max<uint64_t>(configured, 4096);
-    return configured / 64 * 64;  // a whole number of elements of every dtype, cache aligned
-  }();
-  return bytes;
-}
-
 }  // namespace
 
 void ExecContext::copy(void* to, const void* from, uint64_t bytes) const {
@@ -745,7 +736,7 @@ void run(detail::GroupState& state, const OpPlan& plan) {
   }
   if (needs == Needs::kEveryone) early.all_arrived_at(transport, sequence);
 
-  ExecContext context(transport, plan, rank, size, chunk_bytes());
+  ExecContext context(transport, plan, rank, size, transport.chunk_bytes());
   static const uint64_t streaming_bytes = config::get_bytes("SHMCCL_STREAMING_BYTES");
   context.streaming = !inline_payload && output_bytes(plan, size) >= streaming_bytes;
   auto throw_if_differs = [&](int r) {

@@ -36,7 +36,7 @@ constexpr std::array kSettings = {
             "default timeout of collectives and rendezvous (torch's default: 10 minutes)"},
     Setting{"SHMCCL_CHUNK_BYTES", Kind::kBytes, "256K",
             "bytes per chunk of a collective's work pool (larger: fewer claims; smaller: better "
-            "balance between ranks)"},
+            "balance between ranks); a group takes its first rank's value"},
     Setting{"SHMCCL_INLINE_BYTES", Kind::kBytes, "16K",
             "largest per-rank payload sent through the control block's slots instead of the "
             "zero-copy work pool (at most 16K)"},

@@ -48,7 +48,9 @@ namespace shmccl::transport {
 
 inline constexpr int kMaxRanks = 64;
 inline constexpr size_t kCacheLine = 64;
-inline constexpr size_t kInlineBytes = 16 * 1024;  // small-collective payload per inline entry
+inline constexpr size_t kInlineBytes = 16 * 1024;
+inline constexpr uint64_t kMaxChunkBytes =
+    1ull << 30;  // the work pool's largest chunk  // small-collective payload per inline entry
 // Calls a slot holds: how far ranks that finish early may run ahead of the slowest (Open MPI's
 // eager sends let a broadcast's root run as far ahead as its buffers allow). A long loop of tiny
 // broadcasts costs its receivers' wake-ups, context switches on a shared core, once per
@@ -60,7 +62,7 @@ inline constexpr int kCallRing = 64;
 inline constexpr size_t kSmallInlineBytes = 2 * 1024;
 inline constexpr int kInlineRing = 8;
 inline constexpr uint64_t kControlMagic = 0x73686d63636c4342ull;  // "shmcclCB"
-inline constexpr uint32_t kControlVersion = 16;
+inline constexpr uint32_t kControlVersion = 17;
 
 // The slot entry of collective `sequence`, and its inline area.
 inline constexpr int ring_entry(uint64_t sequence) {
@@ -279,6 +281,9 @@ struct alignas(4096) ControlHeader {
   uint32_t world_size;
   uint64_t segment_bytes;
   uint64_t token;  // random, also in the segment's name
+  // Bytes per chunk of the work pool, the creator's SHMCCL_CHUNK_BYTES: the pool's chunk numbers
+  // are shared, so every rank must cut the same chunks.
+  uint64_t chunk_bytes;
   alignas(kCacheLine) std::atomic<uint32_t> attached_count;
   alignas(kCacheLine) std::atomic<uint64_t> done;        // chunks finished
   alignas(kCacheLine) std::atomic<uint32_t> wake_word;   // futex: bumped when there is news

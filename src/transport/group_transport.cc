@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <thread>
@@ -93,6 +94,21 @@ void GroupTransport::set_oversubscribed(bool oversubscribed, bool cores_suffice)
   }
 }
 
+namespace {
+
+// SHMCCL_CHUNK_BYTES, at least 4 KiB and a whole number of cache lines (so a whole number of
+// elements of every dtype).
+uint64_t configured_chunk_bytes() {
+  static const uint64_t bytes = [] {
+    const uint64_t configured =
+        std::clamp<uint64_t>(config::get_bytes("SHMCCL_CHUNK_BYTES"), 4096, kMaxChunkBytes);
+    return configured / kCacheLine * kCacheLine;
+  }();
+  return bytes;
+}
+
+}  // namespace
+
 std::unique_ptr<GroupTransport> GroupTransport::create(const std::string& name, int rank,
                                                        int size) {
   SHMCCL_CHECK_ARG(size >= 1 && size <= kMaxRanks, "group size ", size, " is out of range [1, ",
@@ -103,10 +119,12 @@ std::unique_ptr<GroupTransport> GroupTransport::create(const std::string& name, 
   header->version = kControlVersion;
   header->world_size = static_cast<uint32_t>(size);
   header->segment_bytes = control_block_bytes(size);
+  header->chunk_bytes = configured_chunk_bytes();
   header->abort_rank = -1;
   // The name reaches peers through the store, whose lock orders these writes before their reads.
   header->magic = kControlMagic;
   std::unique_ptr<GroupTransport> transport(new GroupTransport(std::move(segment), rank, size));
+  transport->chunk_bytes_ = header->chunk_bytes;
   RankSlot& mine = transport->slot(rank);
   mine.pid.store(getpid(), std::memory_order_relaxed);
   std::memcpy(mine.cpus, &transport->own_cpus_, sizeof(mine.cpus));
@@ -126,7 +144,20 @@ std::unique_ptr<GroupTransport> GroupTransport::open(const std::string& name, in
                                      " ranks (magic ", header->magic, ", version ", header->version,
                                      ", size ", header->world_size, ")"));
   }
+  // Read once: the creator wrote it before it published the block's name.
+  const uint64_t chunk_bytes = header->chunk_bytes;
+  if (chunk_bytes < 4096 || chunk_bytes > kMaxChunkBytes || chunk_bytes % kCacheLine != 0) {
+    throw RemoteError(detail::concat("control block ", name, " gives a work-pool chunk of ",
+                                     chunk_bytes, " bytes, outside [4096, ", kMaxChunkBytes,
+                                     "] or not a multiple of ", kCacheLine));
+  }
+  if (chunk_bytes != configured_chunk_bytes()) {
+    SHMCCL_WARN(kShm, "SHMCCL_CHUNK_BYTES is ", configured_chunk_bytes(), " bytes in rank ", rank,
+                " of control block ", name, ", but its first rank set ", chunk_bytes,
+                ": the group uses ", chunk_bytes);
+  }
   std::unique_ptr<GroupTransport> transport(new GroupTransport(std::move(segment), rank, size));
+  transport->chunk_bytes_ = chunk_bytes;
   RankSlot& mine = transport->slot(rank);
   SHMCCL_CHECK_ARG(mine.attached.load(std::memory_order_acquire) == 0, "rank ", rank,
                    " of control block ", name, " is already taken by pid ",

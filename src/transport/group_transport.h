@@ -74,6 +74,8 @@ class GroupTransport {
     return slots_[0].released.load(std::memory_order_acquire) >= sequence;
   }
   ControlHeader& header() const { return *header_; }
+  // The group's work-pool chunk size: the creator's SHMCCL_CHUNK_BYTES (ControlHeader).
+  uint64_t chunk_bytes() const { return chunk_bytes_; }
   RankSlot& slot(int rank) const { return slots_[rank]; }
   pid_t peer_pid(int rank) const { return peer_pids_[static_cast<size_t>(rank)]; }
 
@@ -219,6 +221,7 @@ class GroupTransport {
   std::vector<pid_t> peer_pids_;
   std::vector<PeerMonitor::WatchId> watches_;
   bool oversubscribed_ = false;
+  uint64_t chunk_bytes_ = 0;
   bool whole_job_ = true;  // wait_for_all_attached's `whole_job`
   cpu_set_t own_cpus_;     // this process's affinity mask, published in its slot as it attaches
   // Whether another rank waits for barrier releases: read once every rank arrived at a barrier
