@@ -1,8 +1,11 @@
 // Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
 #include "collectives/executor.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstring>
 #include <sstream>
 
@@ -23,6 +26,7 @@
 #include "device/kernels.h"
 #include "device/stream_impl.h"
 #include "transport/asymmetric_fence.h"
+#include "transport/futex.h"
 
 namespace shmccl::collectives {
 namespace {
@@ -227,7 +231,10 @@ void run_pool(detail::GroupState& state, ExecContext& context, const Algorithm& 
   const uint64_t total = algorithm.count_chunks(context);
   const uint64_t base = state.take_pool(total);
   const uint64_t end = base + total;
-  if (total == 0) return;
+  if (total == 0) {
+    transport.slot(context.rank).pool_finished.store(sequence, std::memory_order_release);
+    return;
+  }
   const int size = context.size;
   // Each stripe's chunks, and where its counter starts for this collective.
   struct Stripe {
@@ -413,28 +420,35 @@ RemoteError mismatch(const char* call, int rank, const OpDescriptor& mine, int p
   if (pull != 0) wait_for_receivers(state, pull_root, pull, "before", plan.name, sequence);
 }
 
-// Before the zero-copy paths touch the peers' tensors: a peer that timed out on this call after
-// it arrived (waiting for this late rank, say) gave up on it before its caller saw the
-// TimeoutError and may have freed or reused them, so the call fails here too, naming it. (Inline
-// calls carry their data in the control block: their late ranks complete them.) A rank departs
-// right after it gives up (a seq_cst increment of the header's `departures`), so while nobody
-// departed this is one load.
-void throw_if_a_peer_timed_out(const transport::GroupTransport& transport, const OpPlan& plan) {
+// Before the zero-copy paths touch the peers' tensors: a peer that failed this call after it
+// arrived (it timed out waiting for this late rank, or an exception of its own came) gave up on
+// it and may have returned the error to its caller, who may free or reuse its tensors; so the
+// call fails here too, naming it. (Inline calls carry their data in the control block: their
+// other ranks complete them.) A rank departs right after it gives up (a seq_cst increment of the
+// header's `departures`), so while nobody departed this is one load.
+void throw_if_a_peer_gave_up(const transport::GroupTransport& transport, const OpPlan& plan) {
   if (transport.header().departures.load(std::memory_order_seq_cst) == 0) [[likely]]
     return;
   const uint32_t sequence = static_cast<uint32_t>(plan.sequence);
-  for (int peer = 0; peer < transport.size(); ++peer) {
-    const transport::RankSlot& slot = transport.slot(peer);
-    if (peer == transport.rank() || slot.gave_up.load(std::memory_order_acquire) != sequence ||
-        !transport::timed_out(slot)) {
-      continue;
-    }
-    throw TimeoutError(detail::concat("in ", plan.name, " (sequence ", plan.sequence, "): rank ",
-                                      peer, " (pid ", transport.peer_pid(peer),
+  // The first to give up: later ones may have failed for it (its chunks left undone).
+  const int peer = transport.first_departed([&](const transport::RankSlot& slot) {
+    return slot.gave_up.load(std::memory_order_acquire) == sequence;
+  });
+  if (peer < 0) [[likely]]
+    return;
+  const transport::RankSlot& slot = transport.slot(peer);
+  const std::string who = detail::concat("in ", plan.name, " (sequence ", plan.sequence, "): rank ",
+                                         peer, " (pid ", transport.peer_pid(peer));
+  if (transport::timed_out(slot)) {
+    throw TimeoutError(detail::concat(who,
                                       ") gave up on the call before this rank came, and its "
                                       "tensors may be reused: ",
                                       transport::failure_text(slot)));
   }
+  throw RemoteError(detail::concat(who,
+                                   ") failed the call before this rank began to move data, and "
+                                   "its tensors may be reused: ",
+                                   transport::failure_text(slot)));
 }
 
 // The work pool's entry. The store, then the check above, pair with a peer's give-up, then its
@@ -451,15 +465,18 @@ void enter_zero_copy(transport::GroupTransport& transport, const OpPlan& plan) {
   } else {
     entered.store(sequence, std::memory_order_seq_cst);
   }
-  throw_if_a_peer_timed_out(transport, plan);
+  throw_if_a_peer_gave_up(transport, plan);
 }
 
-// This rank timed out on collective `sequence` before its own zero-copy phase and has given up
-// and departed. A peer that entered that phase before the give-up reached it (a late rank
-// arriving in the very moment of the timeout) reads and writes this rank's tensors: the caller
-// gets the error, and may reuse them, only once every such peer is out (its share of the pool
-// done, or it gave up too, or it died). Bounded by the group's timeout; a peer that stalls in
-// there longer is logged.
+// This rank failed collective `sequence` after it arrived, and has given up and departed. Peers
+// that entered the zero-copy phase (the work pool, or the host pipeline's reads of NPU inputs)
+// before the give-up reached them read and write this rank's tensors: its caller gets the error,
+// and may reuse them, only once every such peer is out (its share done, or it gave up too, or its
+// process exited). Such a peer entered before this rank's give-up, or saw the give-up and
+// fails the call (enter_zero_copy): a peer that came late as this rank timed out, or peers
+// that go on in the pool after this rank's own copy failed there. They are running, so this
+// wait is short; it is bounded by the group's timeout all the same, and ignores the group's
+// health (an abort or a dead third rank must not cut it short while a live peer is inside).
 void wait_for_peers_in_zero_copy(detail::GroupState& state, uint64_t sequence) {
   transport::GroupTransport& transport = state.transport();
   const uint32_t low = static_cast<uint32_t>(sequence);
@@ -467,34 +484,42 @@ void wait_for_peers_in_zero_copy(detail::GroupState& state, uint64_t sequence) {
     const transport::RankSlot& slot = transport.slot(peer);
     return slot.zero_copy_entered.load(std::memory_order_seq_cst) == low &&
            slot.pool_finished.load(std::memory_order_acquire) != sequence &&
-           slot.gave_up.load(std::memory_order_acquire) != low;
+           slot.gave_up.load(std::memory_order_acquire) != low && !transport.peer_exited(peer);
   };
   // The other half of enter_zero_copy's fence: every running thread of the ranks' processes
   // passes a full barrier, so an entry stored before it is seen below.
   transport::sleeper_fence();
-  auto none_inside = [&] {
+  auto ranks_inside = [&] {
+    std::string ranks;
     for (int peer = 0; peer < transport.size(); ++peer) {
-      if (peer != transport.rank() && inside(peer)) return false;
+      if (peer != transport.rank() && inside(peer))
+        ranks += (ranks.empty() ? "" : ",") + std::to_string(peer);
     }
-    return true;
+    return ranks;
   };
-  if (none_inside()) [[likely]]
+  std::string ranks = ranks_inside();
+  if (ranks.empty()) [[likely]]
     return;
-  SHMCCL_INFO(kColl, "group ", state.comm_name(), ": collective ", sequence,
-              " timed out as a peer entered it; waiting for the peers in its tensors");
-  try {
-    transport.wait_until(none_inside, state.timeout(), [&] {
-      std::string ranks;
-      for (int peer = 0; peer < transport.size(); ++peer) {
-        if (peer != transport.rank() && inside(peer))
-          ranks += (ranks.empty() ? "" : ",") + std::to_string(peer);
-      }
-      return detail::concat("after timing out in collective ", sequence, ": ranks ", ranks,
-                            " are still in this rank's tensors");
-    });
-  } catch (const std::exception& error) {  // a peer died (it touches nothing now), or a timeout
-    SHMCCL_WARN(kColl, "group ", state.comm_name(), ": ", error.what());
+  SHMCCL_INFO(kColl, "group ", state.comm_name(), ": collective ", sequence, " failed while ranks ",
+              ranks, " were in its tensors; waiting for them to leave");
+  fault::point(fault::Point::kAwaitsPeers, global_rank(state), sequence);
+  const auto deadline = std::chrono::steady_clock::now() + state.timeout();
+  for (int i = 0;; ++i) {
+    // Yield first (the peers are likely in the middle of a chunk), then sleep a millisecond at
+    // a time on the wake word, which a departure bumps.
+    const uint32_t observed = transport.header().wake_word.load(std::memory_order_seq_cst);
+    ranks = ranks_inside();
+    if (ranks.empty()) return;
+    if (std::chrono::steady_clock::now() >= deadline) break;
+    if (i < 64) {
+      sched_yield();
+    } else {
+      transport::futex_wait(&transport.header().wake_word, observed, std::chrono::milliseconds(1));
+    }
   }
+  SHMCCL_WARN(kColl, "group ", state.comm_name(), ": after failing collective ", sequence,
+              ", ranks ", ranks, " are still in this rank's tensors after the group's timeout (",
+              state.timeout().count(), " ms): its caller must not reuse them while they live");
 }
 
 // A barrier's wait for every arrival. When ranks outnumber cores the other ranks also wait for
@@ -805,8 +830,10 @@ void run(detail::GroupState& state, const OpPlan& plan) {
       }
     }
   } else if (uses_host_pipeline(context)) {
-    throw_if_a_peer_timed_out(transport, plan);
+    // Peers read this rank's NPU input here too (only outputs on the host are staged).
+    enter_zero_copy(transport, plan);
     run_host_pipeline(state, context, timeout);
+    transport.slot(rank).pool_finished.store(sequence, std::memory_order_release);
   } else {
     enter_zero_copy(transport, plan);
     run_pool(state, context, algorithm, timeout);
@@ -851,12 +878,11 @@ void execute(detail::GroupState& state, const OpPlan& plan) {
       const bool arrived = transport::arrived_at(mine, plan.sequence);
       transport.depart(arrived ? plan.sequence + 1 : plan.sequence);
       fault::point(fault::Point::kGaveUp, global_rank(state), plan.sequence);
-      // (A rank that timed out inside the pool was there with its peers: see docs/errors.md.)
-      if (timed_out && arrived &&
-          mine.zero_copy_entered.load(std::memory_order_relaxed) !=
-              static_cast<uint32_t>(plan.sequence)) {
-        wait_for_peers_in_zero_copy(state, plan.sequence);
-      }
+      // A rank that timed out inside the pool waited its whole timeout for a peer there, which
+      // may stay stalled: it does not wait again (docs/errors.md).
+      const bool entered = mine.zero_copy_entered.load(std::memory_order_relaxed) ==
+                           static_cast<uint32_t>(plan.sequence);
+      if (arrived && !(timed_out && entered)) wait_for_peers_in_zero_copy(state, plan.sequence);
       SHMCCL_WARN(kColl, "group ", state.comm_name(), ": ", error.what());
       FlightRecorder::instance().dump(
           detail::concat("group ", state.comm_name(), ": ", error.what()), DumpTrigger::kFailure);

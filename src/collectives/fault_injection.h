@@ -20,6 +20,7 @@
 //   timed_out       a wait of the collective timed out, before this rank gives up on the call
 //   gave_up         this rank gave up on the failed call and departed, before its caller sees
 //                   the error (and before it waits for peers still in its tensors)
+//   awaits_peers    after gave_up, when peers are still in its tensors: before it waits for them
 //
 // Compiled in when SHMCCL_FAULT_INJECTION is on (CMake; default: on with the tests). A point then
 // costs one relaxed load of a global flag and a predicted branch; without it, nothing.
@@ -46,6 +47,7 @@ enum class Point : uint8_t {
   kBarrier,
   kTimedOut,
   kGaveUp,
+  kAwaitsPeers,
 };
 
 enum class Action : uint8_t { kKill, kStall, kExit, kStop, kBadAlloc };

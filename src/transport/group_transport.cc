@@ -281,6 +281,8 @@ void GroupTransport::on_peer_death(pid_t pid) {
   for (int r = 0; r < size_; ++r) {
     if (peer_pids_[static_cast<size_t>(r)] == pid) dead_rank = r;
   }
+  if (dead_rank >= 0)
+    exited_[static_cast<size_t>(dead_rank)].store(true, std::memory_order_release);
   // A peer that destroyed its side of the group first left on purpose (the end of a program).
   // It departed before it detached (~GroupTransport): that departure already fails the
   // collectives it takes no part in, naming it. The ones it finished must not fail for its exit:

@@ -17,6 +17,7 @@
 
 #include <sys/types.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -78,6 +79,10 @@ class GroupTransport {
   uint64_t chunk_bytes() const { return chunk_bytes_; }
   RankSlot& slot(int rank) const { return slots_[rank]; }
   pid_t peer_pid(int rank) const { return peer_pids_[static_cast<size_t>(rank)]; }
+  // Whether rank `rank`'s process is known to have exited (its pidfd or /proc said so).
+  bool peer_exited(int rank) const {
+    return exited_[static_cast<size_t>(rank)].load(std::memory_order_acquire);
+  }
 
   // Spins, then sleeps until `ready()` holds. Throws RemoteError when the group is aborted or a
   // peer died, TimeoutError at `deadline`; `describe()` adds what was awaited (late ranks...).
@@ -242,6 +247,7 @@ class GroupTransport {
   std::string departure_message(int rank) const;
 
   std::atomic<bool> peer_dead_{false};
+  std::array<std::atomic<bool>, kMaxRanks> exited_{};  // by rank: peer_exited()
   std::atomic<uint64_t> current_sequence_{0};
   mutable std::mutex failure_mutex_;
   std::string peer_death_message_;

@@ -81,10 +81,22 @@ void require_sum(const Tensor& tensor, int world, const char* what) {
           str("the all-reduce ", what, " is wrong"));
 }
 
+// Whether `text` holds one of the alternatives of `expected`, which '|' separates.
+bool has_one_of(const std::string& text, const std::string& expected) {
+  size_t begin = 0;
+  while (true) {
+    const size_t end = expected.find('|', begin);
+    if (text.find(expected.substr(begin, end - begin)) != std::string::npos) return true;
+    if (end == std::string::npos) return false;
+    begin = end + 1;
+  }
+}
+
 // Runs `call` (a collective the departed rank never joins) and requires an error within
-// kBoundSeconds whose text has every one of `expected`: a TimeoutError when the departed rank
-// timed out (`timeout`), else a RemoteError. The error is reported to the departed rank, and the
-// survivors leave together (a survivor's exit would be the news a slower one sees first).
+// kBoundSeconds whose text has every one of `expected` (has_one_of): a TimeoutError when the
+// departed rank timed out (`timeout`), else a RemoteError. The error is reported to the departed
+// rank, and the survivors leave together (a survivor's exit would be the news a slower one sees
+// first).
 void expect_departure_named(const std::function<void()>& call,
                             const std::vector<std::string>& expected,
                             const testing::RankContext& ctx, Shared& shared, bool timeout = false) {
@@ -107,7 +119,7 @@ void expect_departure_named(const std::function<void()>& call,
   shared.survivors.arrive_and_wait(ctx.world - 1);
   require(seconds > 0, text);
   for (const std::string& part : expected)
-    require(text.find(part) != std::string::npos, str("no '", part, "' in: ", text));
+    require(has_one_of(text, part), str("no '", part, "' in: ", text));
   require(seconds < kBoundSeconds, str("noticed after ", seconds, " s: ", text));
 }
 
@@ -409,6 +421,16 @@ TEST(DepartureTest, ARankThatFailedHoldingPoolWorkIsNamedInThatCall) {
             text = error.what();
           }
           require(shared.step.wait(1), "the victim did not report");
+          // A victim that held no chunk left the pool whole: the ranks in it complete the call.
+          // One that comes to the pool after the victim failed does not go in (it cannot tell
+          // whether chunks are left that touch the victim's tensors) and fails the call.
+          const bool late =
+              text.find("failed the call before this rank began to move data") != std::string::npos;
+          if (*claimed == 2 && late) {
+            shared.reported.post(1);
+            shared.survivors.arrive_and_wait(ctx.world - 1);
+            return;
+          }
           if (*claimed == 2) {
             require(text.empty(), "the victim held no chunk, yet: " + text);
             require(
@@ -421,11 +443,15 @@ TEST(DepartureTest, ARankThatFailedHoldingPoolWorkIsNamedInThatCall) {
           shared.survivors.arrive_and_wait(ctx.world - 1);
           require(!text.empty(), "the all-reduce returned without the victim's chunk");
           for (const std::string& part :
-               {str("rank ", victim, " (pid "),
-                std::string("failed the call with chunks of its work unfinished"),
-                std::string("std::bad_alloc")}) {
+               {str("rank ", victim, " (pid "), std::string("std::bad_alloc")}) {
             require(text.find(part) != std::string::npos, str("no '", part, "' in: ", text));
           }
+          // In the pool when the victim failed, or come to its door after that.
+          require(text.find("failed the call with chunks of its work unfinished") !=
+                          std::string::npos ||
+                      text.find("failed the call before this rank began to move data") !=
+                          std::string::npos,
+                  text);
           require(seconds < kBoundSeconds, str("noticed after ", seconds, " s: ", text));
         },
         options);
@@ -439,6 +465,120 @@ TEST(DepartureTest, ARankThatFailedHoldingPoolWorkIsNamedInThatCall) {
                 *claimed == 1 ? "held a chunk" : "claimed none");
   }
   EXPECT_GT(worlds_with_work_abandoned, 0);
+}
+
+// A rank whose own exception (here std::bad_alloc) fails a 1 MiB all-reduce, whose ranks read
+// and write each other's tensors, gets the error only once no peer is in its tensors, and a peer
+// that comes to them after the failure does not touch them: the victim's caller may reuse them.
+namespace reuse {
+const Shared* g_shared = nullptr;
+bool g_victim = false;
+constexpr int64_t kElements = 1 << 18;
+
+// The survivors come to the data movement of collective 2 only once the victim's caller has its
+// error and has overwritten its tensor.
+void after_the_reuse(fault::Point point, uint64_t sequence) {
+  if (sequence == 2 && point == fault::Point::kBeforeCopy)
+    require(g_shared->step.wait(1), "the victim's caller did not get its error");
+}
+
+// The survivors stop after their first chunk until the victim, whose copy failed, waits for them.
+void victim_waits(fault::Point point, uint64_t sequence) {
+  if (sequence != 2) return;
+  if (g_victim && point == fault::Point::kAwaitsPeers) {
+    g_shared->in_pool.post(64);  // one for every survivor stopped in the pool, and more
+  } else if (!g_victim && point == fault::Point::kMidCopy) {
+    require(g_shared->in_pool.wait(1), "the victim did not wait for the ranks in its tensors");
+  }
+}
+
+// The victim's side: the bad_alloc, then -7 written into the tensor at once, as a caller that
+// reuses its memory would; once every survivor has its result, the -7 must all be there.
+void reuse_after_the_error(const testing::RankContext& ctx, Tensor& tensor, const Shared& shared) {
+  try {
+    all_reduce(tensor);
+    throw testing::RequirementFailed("the injected bad_alloc did not come");
+  } catch (const std::bad_alloc&) {
+  }
+  tensor.fill_(-7);
+  npu::synchronize();
+  shared.step.post(ctx.world - 1);
+  outlive_the_survivors(ctx, shared);
+  const std::vector<int32_t> values = tensor.cpu().to_vector<int32_t>();
+  int64_t overwritten = 0;
+  for (int32_t value : values)
+    overwritten += value != -7;
+  require(overwritten == 0, str(overwritten, " of ", kElements,
+                                " elements of the victim's tensor were written after its error"));
+}
+
+// A survivor's all-reduce must fail naming the victim, with one of `texts`.
+void expect_victim_named(const testing::RankContext& ctx, Tensor& tensor, Shared& shared,
+                         const std::vector<std::string>& texts) {
+  const int victim = ctx.world - 1;
+  std::string text = "the all-reduce completed";
+  try {
+    all_reduce(tensor);
+  } catch (const RemoteError& error) {
+    text = error.what();
+  }
+  shared.reported.post(1);
+  shared.survivors.arrive_and_wait(ctx.world - 1);
+  bool named = false;
+  for (const std::string& expected : texts)
+    named = named || text.find(expected) != std::string::npos;
+  require(named && text.find(str("rank ", victim, " (pid ")) != std::string::npos &&
+              text.find("std::bad_alloc") != std::string::npos,
+          text);
+}
+}  // namespace reuse
+
+TEST(DepartureTest, APeerThatFailedBeforeTheDataMovedIsLeftOutOfItsTensors) {
+  if (!fault::compiled_in()) GTEST_SKIP() << "no fault injection in this build";
+  // The survivors' tensors on the NPU (the work pool), then on the host (the host pipeline, which
+  // reads the victim's NPU tensor in place).
+  for (bool survivors_on_host : {false, true}) {
+    SCOPED_TRACE(survivors_on_host ? "survivors on the host" : "every tensor on the NPU");
+    run_at_every_size(
+        [&](const testing::RankContext& ctx, Tensor&, Shared& shared) {
+          const bool victim = ctx.rank == ctx.world - 1;
+          Tensor tensor = full({reuse::kElements}, ctx.rank + 1, kInt32);
+          if (victim || !survivors_on_host) tensor = tensor.npu();
+          reuse::g_shared = &shared;
+          if (victim) {
+            reuse::reuse_after_the_error(ctx, tensor, shared);
+            return;
+          }
+          fault::set_hook(reuse::after_the_reuse);
+          reuse::expect_victim_named(ctx, tensor, shared,
+                                     {"failed the call before this rank began to move data"});
+        },
+        [](int world) { return str("before_copy:", world - 1, ":bad_alloc:2"); });
+  }
+}
+
+TEST(DepartureTest, ARankWhoseCopyFailedWaitsForThePeersInItsTensors) {
+  if (!fault::compiled_in()) GTEST_SKIP() << "no fault injection in this build";
+  // Small chunks, so that the pool outlasts every rank's first one. The group takes rank 0's.
+  setenv("SHMCCL_CHUNK_BYTES", "16384", 1);
+  run_at_every_size(
+      [&](const testing::RankContext& ctx, Tensor&, Shared& shared) {
+        Tensor tensor = full({reuse::kElements}, ctx.rank + 1, kInt32).npu();
+        reuse::g_shared = &shared;
+        reuse::g_victim = ctx.rank == ctx.world - 1;
+        fault::set_hook(reuse::victim_waits);
+        if (reuse::g_victim) {
+          reuse::reuse_after_the_error(ctx, tensor, shared);
+          return;
+        }
+        // The victim held a chunk it never finished; a survivor that entered the pool only after
+        // the victim failed is stopped at the door.
+        reuse::expect_victim_named(ctx, tensor, shared,
+                                   {"failed the call with chunks of its work unfinished",
+                                    "failed the call before this rank began to move data"});
+      },
+      [](int world) { return str("mid_copy:", world - 1, ":bad_alloc:2"); });
+  unsetenv("SHMCCL_CHUNK_BYTES");
 }
 
 // The same inside the host-tensor pipeline: the last rank's 1 MiB all-reduce of host tensors
@@ -458,10 +598,11 @@ TEST(DepartureTest, ARankThatFailedInTheHostPipelineIsNamedInThatCall) {
           outlive_the_survivors(ctx, shared);
           return;
         }
+        // In the pipeline when the victim failed, or come to its door after that.
         expect_departure_named([&] { all_reduce(host); },
                                {str("rank ", victim, " (pid "),
                                 "failed the call before it consumed every window of its host "
-                                "staging",
+                                "staging|failed the call before this rank began to move data",
                                 "std::bad_alloc"},
                                ctx, shared);
       },
