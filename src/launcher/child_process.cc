@@ -168,21 +168,24 @@ ChildProcess::~ChildProcess() {
 
 void ChildProcess::kill_and_reap() noexcept {
   if (!pidfd_) return;
-  // The rank's process group outlives the rank while any member does; its id cannot be reused
-  // meanwhile, so signalling it after the rank was reaped is safe (ESRCH when it is empty).
+  // The rank's process group: the rank, or its zombie, holds its id until reaped just below.
   kill(-pid_, SIGKILL);
-  if (status_) return;
-  pidfd_send_signal(pidfd_.get(), SIGKILL);
+  if (!status_) pidfd_send_signal(pidfd_.get(), SIGKILL);
   siginfo_t info{};
   while (waitid(P_PIDFD, static_cast<id_t>(pidfd_.get()), &info, WEXITED) < 0 && errno == EINTR) {
   }
-  status_ = ExitStatus{true, SIGKILL};
+  if (!status_) status_ = ExitStatus{true, SIGKILL};
+  pidfd_.reset();
 }
 
 void ChildProcess::send_signal(int signal_number) {
   if (!pidfd_) return;
-  kill(-pid_, signal_number);  // the rank's process group (see exec_child)
-  if (status_) return;
+  // The rank's process group (see exec_child): one signal reaches the rank and what it started.
+  // Safe by id: until kill_and_reap, the rank or its zombie (try_reap leaves it) holds the id,
+  // so no other process can have it. A rank that moved to another group gets it by its pidfd.
+  const bool in_its_group = getpgid(pid_) == pid_;  // (a zombie keeps its group)
+  kill(-pid_, signal_number);                       // ESRCH: the group is empty
+  if (in_its_group || status_) return;
   if (pidfd_send_signal(pidfd_.get(), signal_number) < 0 && errno != ESRCH) {
     detail::throw_system_error(
         "pidfd_send_signal(" + std::to_string(pid_) + ", " + signal_name(signal_number) + ")",
@@ -213,7 +216,10 @@ bool ChildProcess::catches(int signal_number) const {
 bool ChildProcess::try_reap() {
   if (status_) return true;
   siginfo_t info{};
-  if (waitid(P_PIDFD, static_cast<id_t>(pidfd_.get()), &info, WEXITED | WNOHANG) < 0) {
+  // WNOWAIT: the status, but the zombie stays until kill_and_reap, holding the rank's pid and so
+  // its process group's id, which send_signal and kill_and_reap then signal safely (a reaped
+  // rank's pid, and that id with it, may be taken by any new process).
+  if (waitid(P_PIDFD, static_cast<id_t>(pidfd_.get()), &info, WEXITED | WNOHANG | WNOWAIT) < 0) {
     detail::throw_system_error("waitid(" + std::to_string(pid_) + ")", errno);
   }
   if (info.si_pid == 0) return false;  // still running

@@ -63,14 +63,16 @@ class ChildProcess {
   bool reaped() const { return status_.has_value(); }
   const std::optional<ExitStatus>& status() const { return status_; }
 
-  // Sends a signal unless the child was already reaped; ESRCH (already exiting) is not an error.
-  // The signal goes to the rank's whole process group (what it started, too).
+  // Sends a signal to the rank's whole process group (what it started, too), once: also after
+  // the rank exited (its zombie holds the group's id until the ChildProcess goes). ESRCH (all
+  // gone) is not an error.
   void send_signal(int signal_number);
   // The same, to the rank process only.
   void send_signal_to_rank(int signal_number);
   // True when the (unreaped) child has a handler for `signal_number` (/proc/<pid>/status SigCgt).
   bool catches(int signal_number) const;
-  // Collects the exit status if the child has exited (non-blocking); true once reaped.
+  // Collects the exit status if the child has exited (non-blocking); true once it has. The
+  // zombie stays until the ChildProcess goes (see send_signal).
   bool try_reap();
 
  private:

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -130,7 +131,8 @@ int run_job(const Options& options) {
       return 128 + *result.signal;
     }
     const RankExit& failed = *result.root_cause;
-    if (!result.signal && restart < plan.max_restarts) {
+    std::optional<int> signal = result.signal;
+    if (!signal && restart < plan.max_restarts) {
       const std::optional<RecordedError>& recorded = failed.recorded;
       say(signals, std::nullopt,
           "shmrun: rank " + std::to_string(failed.rank) + " (pid " + std::to_string(failed.pid) +
@@ -138,7 +140,13 @@ int run_job(const Options& options) {
               (recorded ? " (" + recorded->message + ")" : std::string()) + "; restarting all " +
               std::to_string(plan.world_size) + " ranks (restart " + std::to_string(restart + 1) +
               " of " + std::to_string(plan.max_restarts) + ")\n");
-      continue;
+      // A signal that came meanwhile (say() stops waiting for it) ends the job here: shmrun
+      // never restarts after a signal. (A dump request finds no rank to ask.)
+      while ((signal = signals.next()) && *signal == SIGUSR1 &&
+             std::find(plan.stop_signals.begin(), plan.stop_signals.end(), SIGUSR1) ==
+                 plan.stop_signals.end()) {
+      }
+      if (!signal) continue;
     }
     SummaryContext context;
     context.program = plan.program;
@@ -156,7 +164,7 @@ int run_job(const Options& options) {
                                       info.st_mtime >= job_start);
     }
     const std::string summary = format_failure_summary(context, failed, result.others);
-    say(signals, result.signal, summary);
+    say(signals, signal, summary);
     return failed.status.shell_code();
   }
 }

@@ -10,12 +10,27 @@
 
 namespace shmccl::launcher {
 
+namespace {
+
+// Signals sent to a process (not faults of its own code) whose default action ends it, besides
+// SIGINT, SIGTERM, SIGHUP, SIGQUIT and SIGUSR1; SIGPIPE is ignored instead.
+constexpr int kOtherEndingSignals[] = {SIGUSR2,   SIGALRM, SIGXCPU, SIGXFSZ,
+                                       SIGVTALRM, SIGPROF, SIGPWR,  SIGSTKFLT};
+
+}  // namespace
+
 SignalWatcher::SignalWatcher(const std::vector<int>& stop_signals) {
   sigset_t handled;
   sigemptyset(&handled);
   for (int signal_number : stop_signals)
     sigaddset(&handled, signal_number);
-  sigaddset(&handled, SIGUSR1);
+  for (int signal_number : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1})
+    sigaddset(&handled, signal_number);
+  for (int signal_number : kOtherEndingSignals)
+    sigaddset(&handled, signal_number);
+  // Real-time signals end a process too (glibc keeps the first two for its threads).
+  for (int signal_number = SIGRTMIN; signal_number <= SIGRTMAX; ++signal_number)
+    sigaddset(&handled, signal_number);
   SHMCCL_SYSCALL(sigprocmask(SIG_BLOCK, &handled, nullptr), "sigprocmask");
   fd_.reset(signalfd(-1, &handled, SFD_NONBLOCK | SFD_CLOEXEC));
   if (!fd_) detail::throw_system_error("signalfd", errno);

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/inotify.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "core/check.h"
 #include "core/logging.h"
@@ -24,6 +26,14 @@
 
 namespace shmccl::launcher {
 namespace {
+
+// Whether descriptors `a` and `b` refer to the same file (a pipe, a terminal, a log file).
+bool same_file(int a, int b) {
+  struct stat first {
+  }, second{};
+  return fstat(a, &first) == 0 && fstat(b, &second) == 0 && first.st_dev == second.st_dev &&
+         first.st_ino == second.st_ino;
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -87,8 +97,9 @@ class Supervisor {
         signals_(signals),
         ranks_(ranks),
         live_(static_cast<int>(ranks.size())),
-        consoles_{Console{&out_console, 0, {}}, Console{&err_console, 0, {}}},
+        consoles_{Console{&out_console, 0, {}}},
         err_console_(err_console) {
+    if (&err_console != &out_console) consoles_.push_back(Console{&err_console, 0, {}});
     // shmrun's own lines share stderr's queue with the ranks' (see log::set_line_sink).
     log::set_line_sink(
         [](void* sink, std::string_view line) { static_cast<ConsoleSink*>(sink)->write(line); },
@@ -393,10 +404,12 @@ class Supervisor {
   void handle_signals() {
     while (std::optional<int> signal_number = signals_.next()) {
       SHMCCL_INFO(kLaunch, "received ", signal_name(*signal_number));
+      // SIGUSR1 asks for flight recorders unless listed; any other signal shmrun takes would
+      // have ended it (SignalWatcher), listed or not: it stops the job.
       const std::vector<int>& stop_signals = plan_.stop_signals;
-      if (std::find(stop_signals.begin(), stop_signals.end(), *signal_number) ==
-          stop_signals.end()) {
-        forward_dump_request();  // SIGUSR1 is the only other signal shmrun takes
+      if (*signal_number == SIGUSR1 &&
+          std::find(stop_signals.begin(), stop_signals.end(), SIGUSR1) == stop_signals.end()) {
+        forward_dump_request();
         continue;
       }
       if (!signal_) signal_ = *signal_number;
@@ -435,7 +448,7 @@ class Supervisor {
   // kResumeAt: shmrun holds a slow reader's output in memory only so far.
   static constexpr size_t kPauseAt = 1024 * 1024;
   static constexpr size_t kResumeAt = 256 * 1024;
-  std::vector<Console> consoles_;  // stdout's, then stderr's
+  std::vector<Console> consoles_;  // stdout's, then stderr's unless it is the same
   ConsoleSink& err_console_;       // also where shmrun's own lines go
   // The flight recorder wait after the first failure (see on_failure).
   static constexpr std::chrono::seconds kTraceWait{1};
@@ -520,7 +533,12 @@ AttemptResult WorkerGroup::run(int restart_count) {
   AttemptResult result;
 
   const auto start = Clock::now();
-  ConsoleSink out_console(STDOUT_FILENO), err_console(STDERR_FILENO);
+  // One sink when stdout and stderr are the same file (`2>&1`): two would each write whenever
+  // their own backlog is empty, into the middle of a line the other left half written.
+  ConsoleSink out_console(STDOUT_FILENO);
+  std::optional<ConsoleSink> separate_err_console;
+  if (!same_file(STDOUT_FILENO, STDERR_FILENO)) separate_err_console.emplace(STDERR_FILENO);
+  ConsoleSink& err_console = separate_err_console ? *separate_err_console : out_console;
   const DuplicateFiles duplicates(plan_, restart_count);
   std::vector<Rank> ranks;  // declared after the namespace: ranks are reaped before removal
   ranks.reserve(plan_.ranks.size());  // never reallocated: the loop's handlers point into it

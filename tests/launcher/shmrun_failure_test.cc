@@ -4,6 +4,7 @@
 // checks that no rank outlives shmrun and that /dev/shm holds nothing of the job afterwards.
 #include <sys/stat.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -57,6 +58,30 @@ TEST(Failure, StoppingARankStopsTheProcessesItStarted) {
     EXPECT_TRUE(process_gone(pid, kGone)) << "grandchild " << pid << " outlived its rank";
   }
   expect_shm_clean(namespaces(result.err));
+}
+
+// shmrun signals a rank's process group (the rank and what it started) also after the rank
+// exited, when the job stops. A reaped rank's pid, and with it the group's id, may go to any new
+// process, which such a signal would hit; so the exited rank stays a zombie of shmrun, holding
+// its pid, until shmrun is done with it.
+TEST(Failure, AnExitedRankKeepsItsPidUntilShmrunIsDoneWithIt) {
+  Shmrun shmrun({"-v", "--nproc-per-node", "2", kWorker, "exit", "0", "1"});
+  pid_t exited = 0;
+  ASSERT_TRUE(shmrun.read_err_until([&exited](const std::string& err) {
+    const size_t at = err.find("rank 1 (pid ");
+    if (at == std::string::npos || err.find(") ended: ", at) == std::string::npos) return false;
+    exited = static_cast<pid_t>(std::atol(err.c_str() + at + 12));
+    return true;
+  })) << shmrun.err();
+  std::ifstream stat("/proc/" + std::to_string(exited) + "/stat");
+  std::string pid, name, state, parent;
+  stat >> pid >> name >> state >> parent;
+  EXPECT_EQ(state, "Z") << "rank 1 (pid " << exited << ") was reaped while the job ran";
+  EXPECT_EQ(parent, std::to_string(shmrun.pid()));
+  shmrun.send(SIGTERM);
+  const RunResult result = shmrun.wait();
+  EXPECT_EQ(result.exit_code, 128 + SIGTERM) << result.err;
+  EXPECT_TRUE(process_gone(exited, kGone)) << "rank 1 was not reaped in the end";
 }
 
 TEST(Failure, ARankKilledBySigkillIsNamedInTheSummary) {
@@ -199,6 +224,34 @@ TEST_P(SignalToShmrun, StopsEveryRankAndExitsWith128PlusTheSignal) {
 }
 
 INSTANTIATE_TEST_SUITE_P(IntAndTerm, SignalToShmrun, ::testing::Values(SIGINT, SIGTERM));
+
+// Any other signal whose default action would end shmrun, listed in --signals-to-handle or not,
+// stops the job the same way: shmrun never ends without stopping its ranks and removing the
+// job's shared memory.
+class UnlistedSignalToShmrun : public ::testing::TestWithParam<int> {};
+
+TEST_P(UnlistedSignalToShmrun, StopsTheJobAsAListedOneDoes) {
+  const int signal_number = GetParam();
+  Shmrun shmrun({"-v", "--nproc-per-node", "2", kWorker, "sleep"});
+  ASSERT_TRUE(shmrun.read_until([](const std::string& out) {
+    return Shmrun::has_ready_lines(out, 2);
+  })) << shmrun.out()
+      << shmrun.err();
+  shmrun.send(signal_number);
+  const RunResult result = shmrun.wait();
+  EXPECT_EQ(result.exit_code, 128 + signal_number) << result.err;
+  const char* abbreviation = sigabbrev_np(signal_number);  // as shmrun names it
+  const std::string name = abbreviation != nullptr ? std::string("SIG") + abbreviation
+                                                   : "SIG" + std::to_string(signal_number);
+  EXPECT_NE(result.err.find("shmrun: received " + name + ": stopped all 2 ranks"),
+            std::string::npos)
+      << result.err;
+  expect_ranks_gone(result.err, 2);
+  expect_shm_clean(namespaces(result.err));
+}
+
+INSTANTIATE_TEST_SUITE_P(EndingSignals, UnlistedSignalToShmrun,
+                         ::testing::Values(SIGUSR2, SIGALRM, SIGXCPU, SIGPWR, SIGRTMIN + 3));
 
 // As torchrun does, shmrun stops the ranks with the signal it received (a rank that handles
 // SIGINT differently from SIGTERM sees which it was); --signals-to-handle adds signals to the

@@ -50,15 +50,17 @@ inline int pidfd_open(pid_t pid) {
 // One running shmrun.
 class Shmrun {
  public:
+  // `stderr_to_stdout`: shmrun's stderr is its stdout pipe, as `shmrun ... 2>&1 | ...` has it
+  // (err() stays empty).
   explicit Shmrun(const std::vector<std::string>& args,
-                  const std::vector<std::string>& extra_env = {}) {
+                  const std::vector<std::string>& extra_env = {}, bool stderr_to_stdout = false) {
     int out[2], err[2];
     EXPECT_EQ(pipe2(out, O_CLOEXEC), 0);
     EXPECT_EQ(pipe2(err, O_CLOEXEC), 0);
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
-    posix_spawn_file_actions_adddup2(&actions, err[1], STDERR_FILENO);
+    posix_spawn_file_actions_adddup2(&actions, stderr_to_stdout ? out[1] : err[1], STDERR_FILENO);
     std::vector<std::string> argv_strings = {kShmrun};
     argv_strings.insert(argv_strings.end(), args.begin(), args.end());
     // The test's own environment, without anything that would change shmrun's output.
@@ -87,6 +89,10 @@ class Shmrun {
     close(err[1]);
     out_fd_ = out[0];
     err_fd_ = err[0];
+    if (stderr_to_stdout) {
+      close(err_fd_);
+      err_fd_ = -1;
+    }
     pidfd_ = pidfd_open(pid_);
     start_ = std::chrono::steady_clock::now();
   }

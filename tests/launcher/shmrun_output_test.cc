@@ -75,6 +75,34 @@ TEST(Output, AStalledReaderGetsEveryLineOnceItReadsAgain) {
   expect_shm_clean(namespaces(result.err));
 }
 
+// `shmrun ... 2>&1 | reader`, with a reader that falls behind again and again: shmrun's stdout
+// and stderr are one pipe, and no line of either stream may cut into a line of the other (each
+// stream's lines, whole and in order).
+TEST(Output, StdoutAndStderrOnOnePipeNeverCutIntoEachOther) {
+  constexpr int kRanks = 2, kLines = 40000;  // ~1.7 MB through the one pipe
+  Shmrun shmrun(
+      {"--nproc-per-node", std::to_string(kRanks), kWorker, "lines", std::to_string(kLines)}, {},
+      /*stderr_to_stdout=*/true);
+  // Each round: stop reading until the pipe is full (shmrun's writes then stop midway through a
+  // line and keep the rest), then read 64 KiB more.
+  for (size_t target = 0; target < 1500000; target = shmrun.out().size() + 64 * 1024) {
+    shmrun.stall_stdout();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!shmrun.pipe_full(/*err=*/false) && std::chrono::steady_clock::now() < deadline)
+      usleep(200);  // polling a condition, bounded: nothing here waits for a race to settle
+    shmrun.resume_stdout();
+    if (!shmrun.read_until([target](const std::string& out) { return out.size() >= target; }))
+      break;  // shmrun is done
+  }
+  const RunResult result = shmrun.wait();
+  ASSERT_EQ(result.exit_code, 0) << result.out;
+  std::string lines, errs;
+  for (const std::string& line : rank_lines(result.out))
+    (line.find(" err ") != std::string::npos ? errs : lines) += line + "\n";
+  expect_every_line(lines, "line", kRanks, kLines);
+  expect_every_line(errs, "err", kRanks, kLines);
+}
+
 TEST(Output, NoPrefixPrintsLinesAsTheyAre) {
   const RunResult result = run_shmrun({"--no-prefix", "--nproc-per-node=2", kWorker, "lines", "3"});
   ASSERT_EQ(result.exit_code, 0) << result.err;
