@@ -196,10 +196,16 @@ const std::vector<Flag>& flags() {
       {{"rdzv-endpoint"},
        true,
        [](Options& o, const std::string& f, const std::string& v) {
-         // host[:port]; torchrun users pass it with the c10d backend on one node.
-         const size_t colon = v.rfind(':');
-         if (v.empty() || colon == 0) invalid(f, v, "host[:port]");
-         o.master_addr = v.substr(0, colon);
+         // host[:port]; torchrun users pass it with the c10d backend on one node. As torchrun
+         // parses it (parse_rendezvous_endpoint): an IPv6 address in brackets, "[::1]" or
+         // "[::1]:29400", is the address without them.
+         const bool bracketed_alone = v.size() >= 2 && v.front() == '[' && v.back() == ']';
+         const size_t colon = bracketed_alone ? std::string::npos : v.rfind(':');
+         std::string host = v.substr(0, colon);
+         if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+           host = host.substr(1, host.size() - 2);
+         if (host.empty()) invalid(f, v, "host[:port] (an IPv6 address in brackets: [::1]:29400)");
+         o.master_addr = host;
          if (colon != std::string::npos) {
            o.master_port =
                int_value(f, std::string_view(v).substr(colon + 1), 0, 65535, "host[:port]");

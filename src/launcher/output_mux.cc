@@ -12,6 +12,7 @@ namespace {
 
 constexpr size_t kMaxLine = 64 * 1024;
 constexpr size_t kReadChunk = 64 * 1024;
+static_assert(kReadChunk <= kMaxLine, "feed() cuts only the line a read continues");
 
 }  // namespace
 
@@ -68,6 +69,24 @@ bool RankStream::drain(int fd, size_t budget) {
 }
 
 void RankStream::feed(std::string_view data) {
+  if (after_cut_ && !data.empty()) {
+    after_cut_ = false;
+    if (data.front() == '\n') data.remove_prefix(1);
+  }
+  const size_t first_newline = data.find('\n');
+  if (first_newline != std::string_view::npos && partial_.size() + first_newline > kMaxLine) {
+    // The line that partial_ began ends here, too long: its pieces, then what is left of it.
+    partial_.append(data.substr(0, first_newline));
+    data.remove_prefix(first_newline + 1);
+    cut_overlong();
+    after_cut_ = false;
+    if (!partial_.empty()) {
+      partial_ += '\n';
+      emit(partial_);
+      partial_.clear();
+    }
+  }
+  // From here each complete line is shorter than kMaxLine: a read is at most kReadChunk bytes.
   const size_t last_newline = data.rfind('\n');
   if (last_newline == std::string_view::npos) {
     partial_.append(data);
@@ -78,11 +97,20 @@ void RankStream::feed(std::string_view data) {
     partial_.assign(data.substr(last_newline + 1));
     emit(complete);
   }
-  if (partial_.size() >= kMaxLine) {
-    partial_ += '\n';
-    emit(partial_);
-    partial_.clear();
+  cut_overlong();
+}
+
+void RankStream::cut_overlong() {
+  if (partial_.size() < kMaxLine) return;
+  std::string pieces;
+  size_t at = 0;
+  for (; partial_.size() - at >= kMaxLine; at += kMaxLine) {
+    pieces.append(partial_, at, kMaxLine);
+    pieces += '\n';
   }
+  partial_.erase(0, at);
+  after_cut_ = partial_.empty();
+  emit(pieces);
 }
 
 void RankStream::finish() {

@@ -56,6 +56,8 @@ class RankStream {
 
  private:
   void feed(std::string_view data);
+  // Emits partial_'s whole pieces of kMaxLine bytes, each as a line, and keeps the rest.
+  void cut_overlong();
   void emit(std::string_view lines_with_newlines);
 
   ConsoleSink* console_;
@@ -63,6 +65,9 @@ class RankStream {
   int file_fd_;
   const DuplicateSink* duplicate_;
   std::string partial_;  // the start of a line whose '\n' has not arrived yet
+  // The last piece emitted ended a cut exactly where the line it belongs to may end: a '\n' that
+  // comes next ends that line, not another (empty) one.
+  bool after_cut_ = false;
 };
 
 // write(2) until everything is written, for log files; waits out EAGAIN on a non-blocking fd.

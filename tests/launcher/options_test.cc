@@ -124,6 +124,17 @@ TEST(Options, RdzvEndpointSetsTheMaster) {
   const Options options = parse({"--rdzv-backend=c10d", "--rdzv-endpoint", "localhost:29400", "p"});
   EXPECT_EQ(options.master_addr, "localhost");
   EXPECT_EQ(options.master_port, 29400);
+  // IPv6 addresses in brackets, as torchrun parses them.
+  const Options v6 = parse({"--rdzv-endpoint", "[::1]:29401", "p"});
+  EXPECT_EQ(v6.master_addr, "::1");
+  EXPECT_EQ(v6.master_port, 29401);
+  const Options v6_alone = parse({"--rdzv-endpoint", "[fe80::2]", "p"});
+  EXPECT_EQ(v6_alone.master_addr, "fe80::2");
+  EXPECT_EQ(v6_alone.master_port, parse({"p"}).master_port) << "the default port";
+  EXPECT_EQ(parse({"--rdzv-endpoint", "node7", "p"}).master_addr, "node7");
+  EXPECT_THROW(parse({"--rdzv-endpoint", ":29400", "p"}), UsageError);
+  EXPECT_THROW(parse({"--rdzv-endpoint", "[]:29400", "p"}), UsageError);
+  EXPECT_THROW(parse({"--rdzv-endpoint", "[::1]:port", "p"}), UsageError);
 }
 
 TEST(Options, Modes) {

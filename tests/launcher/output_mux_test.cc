@@ -83,19 +83,45 @@ TEST(RankStream, CopiesTheLinesThatContainAFilterWithTheConsolePrefix) {
   close(filtered);
 }
 
-TEST(RankStream, CutsOverlongLines) {
+// A line longer than 64 KiB is printed in pieces of 64 KiB, each as a line, however the rank's
+// writes fall; a line that ends exactly at a cut gets no empty line after it.
+TEST(RankStream, CutsOverlongLinesInto64KiBPieces) {
+  constexpr size_t kPiece = 64 * 1024;
   Pipes pipes;
   ConsoleSink console(pipes.console);
-  RankStream stream(&console, "", -1);
+  RankStream stream(&console, "[r]:", -1);
   const std::string chunk(40 * 1024, 'x');
   pipes.write(chunk);
   EXPECT_TRUE(stream.drain(pipes.source[0], kLots));
   EXPECT_EQ(Pipes::take(pipes.console), "");
   pipes.write(chunk);
   EXPECT_TRUE(stream.drain(pipes.source[0], kLots));
-  const std::string out = Pipes::take(pipes.console);
-  EXPECT_EQ(out.size(), 80 * 1024 + 1);
-  EXPECT_EQ(out.back(), '\n');
+  EXPECT_EQ(Pipes::take(pipes.console), "[r]:" + std::string(kPiece, 'x') + "\n");
+  pipes.write("\nnext\n");  // the rest of the line (16 KiB), then a short line
+  EXPECT_TRUE(stream.drain(pipes.source[0], kLots));
+  EXPECT_EQ(Pipes::take(pipes.console), "[r]:" + std::string(16 * 1024, 'x') + "\n[r]:next\n");
+
+  // 240,000 bytes in writes of 60,000, then the newline alone: three whole pieces and the rest.
+  const std::string part(60000, 'y');
+  for (int i = 0; i < 4; ++i) {
+    pipes.write(part);
+    EXPECT_TRUE(stream.drain(pipes.source[0], kLots));
+  }
+  pipes.write("\n");
+  EXPECT_TRUE(stream.drain(pipes.source[0], kLots));
+  const std::string piece = "[r]:" + std::string(kPiece, 'y') + "\n";
+  EXPECT_EQ(Pipes::take(pipes.console),
+            piece + piece + piece + "[r]:" + std::string(240000 - 3 * kPiece, 'y') + "\n");
+
+  // A line of exactly two pieces, its newline in a later write: no empty third line.
+  pipes.write(std::string(kPiece, 'z'));
+  EXPECT_TRUE(stream.drain(pipes.source[0], kLots));
+  pipes.write(std::string(kPiece, 'z'));
+  EXPECT_TRUE(stream.drain(pipes.source[0], kLots));
+  pipes.write("\nlast\n");
+  EXPECT_TRUE(stream.drain(pipes.source[0], kLots));
+  const std::string z = "[r]:" + std::string(kPiece, 'z') + "\n";
+  EXPECT_EQ(Pipes::take(pipes.console), z + z + "[r]:last\n");
 }
 
 // A drain stops after its budget, with the rest still in the pipe for the next one: a rank that
