@@ -16,7 +16,8 @@ int64_t checked_numel(const std::vector<int64_t>& sizes) {
   int64_t numel = 1;
   for (int64_t size : sizes) {
     SHMCCL_CHECK_ARG(size >= 0, "tensor sizes must be non-negative, got ", sizes);
-    numel *= size;
+    SHMCCL_CHECK_ARG(!__builtin_mul_overflow(numel, size, &numel), "a tensor of sizes ", sizes,
+                     " has more elements than an int64_t counts");
   }
   return numel;
 }

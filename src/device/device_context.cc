@@ -8,6 +8,7 @@
 #include <array>
 #include <atomic>
 #include <cstdlib>
+#include <exception>
 #include <mutex>
 #include <vector>
 
@@ -265,8 +266,17 @@ void synchronize(int device) {
       if (auto stream = weak.lock()) streams.push_back(std::move(stream));
     }
   }
-  for (const auto& stream : streams)
-    stream->synchronize();
+  // Every stream, also past one whose work failed: the caller may free or reuse tensors once
+  // this returns or throws. The first error is thrown after the last stream is idle.
+  std::exception_ptr first_error;
+  for (const auto& stream : streams) {
+    try {
+      stream->synchronize();
+    } catch (...) {
+      if (!first_error) first_error = std::current_exception();
+    }
+  }
+  if (first_error) std::rethrow_exception(first_error);
 }
 
 MemoryStats memory_stats(int device) {

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/file_descriptor.h"
 #include "device/kernels.h"
 #include "shmccl/tensor.hpp"
 
@@ -112,32 +113,27 @@ std::ostream& operator<<(std::ostream& out, const Tensor& tensor) {
 void Tensor::tofile(const std::string& path) const {
   SHMCCL_CHECK_ARG(defined(), "tofile() of an undefined tensor");
   Tensor host = cpu();
-  const int fd =
+  const FileDescriptor file(
       SHMCCL_SYSCALL(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644), "open ",
-                     path, " for writing");
+                     path, " for writing"));
   const char* data = static_cast<const char*>(host.data_ptr());
   size_t remaining = host.nbytes();
   while (remaining > 0) {
-    const ssize_t written = ::write(fd, data, remaining);
+    const ssize_t written = ::write(file.get(), data, remaining);
     if (written < 0 && errno == EINTR) continue;
-    if (written < 0) {
-      const int error = errno;
-      ::close(fd);
-      detail::throw_system_error(detail::concat("write ", path), error);
-    }
+    if (written < 0) detail::throw_system_error(detail::concat("write ", path), errno);
     data += written;
     remaining -= static_cast<size_t>(written);
   }
-  ::close(fd);
 }
 
 Tensor fromfile(const std::string& path, ScalarType dtype, const IntArrayRef& shape) {
-  const int fd = SHMCCL_SYSCALL(::open(path.c_str(), O_RDONLY | O_CLOEXEC), "open ", path);
-  const off_t size = ::lseek(fd, 0, SEEK_END);
-  ::lseek(fd, 0, SEEK_SET);
+  const FileDescriptor file(
+      SHMCCL_SYSCALL(::open(path.c_str(), O_RDONLY | O_CLOEXEC), "open ", path));
+  const off_t size = ::lseek(file.get(), 0, SEEK_END);
+  ::lseek(file.get(), 0, SEEK_SET);
   const size_t element = element_size(dtype);
   if (size < 0 || static_cast<size_t>(size) % element != 0) {
-    ::close(fd);
     throw InvalidArgument(detail::concat("fromfile: ", path, " holds ", size,
                                          " bytes, not a whole number of ", dtype, " elements"));
   }
@@ -145,17 +141,12 @@ Tensor fromfile(const std::string& path, ScalarType dtype, const IntArrayRef& sh
   char* data = static_cast<char*>(out.data_ptr());
   size_t remaining = out.nbytes();
   while (remaining > 0) {
-    const ssize_t got = ::read(fd, data, remaining);
+    const ssize_t got = ::read(file.get(), data, remaining);
     if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) {
-      const int error = got < 0 ? errno : EIO;
-      ::close(fd);
-      detail::throw_system_error(detail::concat("read ", path), error);
-    }
+    if (got <= 0) detail::throw_system_error(detail::concat("read ", path), got < 0 ? errno : EIO);
     data += got;
     remaining -= static_cast<size_t>(got);
   }
-  ::close(fd);
   return out.reshape(shape);
 }
 

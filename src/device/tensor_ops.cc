@@ -108,6 +108,17 @@ struct SplitMix64 {
   double uniform() { return static_cast<double>(next() >> 11) * 0x1p-53; }  // [0, 1)
 };
 
+// The element count of `shape`, checked: sizes >= 0 and no overflow.
+int64_t checked_numel(const IntArrayRef& shape) {
+  int64_t numel = 1;
+  for (int64_t size : shape) {
+    SHMCCL_CHECK_ARG(size >= 0, "tensor sizes must be non-negative, got ", shape);
+    SHMCCL_CHECK_ARG(!__builtin_mul_overflow(numel, size, &numel), "a tensor of sizes ", shape,
+                     " has more elements than an int64_t counts");
+  }
+  return numel;
+}
+
 Tensor from_doubles(const std::vector<double>& values, const IntArrayRef& shape, ScalarType dtype,
                     Device device) {
   Tensor host = empty(shape, dtype);
@@ -119,12 +130,12 @@ Tensor from_doubles(const std::vector<double>& values, const IntArrayRef& shape,
 
 Tensor empty(const IntArrayRef& shape, ScalarType dtype, Device device) {
   SHMCCL_CHECK_ARG(is_valid(dtype), "invalid dtype ", static_cast<int>(dtype));
-  int64_t numel = 1;
-  for (int64_t size : shape) {
-    SHMCCL_CHECK_ARG(size >= 0, "tensor sizes must be non-negative, got ", shape);
-    numel *= size;
-  }
-  auto storage = device::allocate_storage(static_cast<size_t>(numel) * element_size(dtype), device);
+  const int64_t numel = checked_numel(shape);
+  int64_t bytes = 0;
+  SHMCCL_CHECK_ARG(
+      !__builtin_mul_overflow(numel, static_cast<int64_t>(element_size(dtype)), &bytes),
+      "a tensor of sizes ", shape, " and dtype ", dtype, " has more bytes than an int64_t counts");
+  auto storage = device::allocate_storage(static_cast<size_t>(bytes), device);
   return Tensor(std::move(storage), 0, shape, dtype);
 }
 
@@ -155,11 +166,9 @@ Tensor arange(int64_t n, ScalarType dtype, Device device) {
 Tensor rand(const IntArrayRef& shape, uint64_t seed, ScalarType dtype, double low, double high,
             Device device) {
   SHMCCL_CHECK_ARG(low <= high, "rand() needs low <= high, got ", low, " > ", high);
-  int64_t numel = 1;
-  for (int64_t size : shape)
-    numel *= size;
+  const int64_t numel = checked_numel(shape);
   SplitMix64 generator{seed};
-  std::vector<double> values(static_cast<size_t>(std::max<int64_t>(numel, 0)));
+  std::vector<double> values(static_cast<size_t>(numel));
   for (double& value : values)
     value = low + (high - low) * generator.uniform();
   return from_doubles(values, shape, dtype, device);
@@ -167,11 +176,9 @@ Tensor rand(const IntArrayRef& shape, uint64_t seed, ScalarType dtype, double lo
 
 Tensor randn(const IntArrayRef& shape, uint64_t seed, ScalarType dtype, double mean, double stddev,
              Device device) {
-  int64_t numel = 1;
-  for (int64_t size : shape)
-    numel *= size;
+  const int64_t numel = checked_numel(shape);
   SplitMix64 generator{seed};
-  std::vector<double> values(static_cast<size_t>(std::max<int64_t>(numel, 0)));
+  std::vector<double> values(static_cast<size_t>(numel));
   for (size_t i = 0; i < values.size(); i += 2) {
     // Box-Muller: two normals from two uniforms; 1 - u keeps the log's argument in (0, 1].
     const double radius = std::sqrt(-2.0 * std::log(1.0 - generator.uniform()));

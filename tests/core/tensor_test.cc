@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <iterator>
 #include <sstream>
 
 #include "shmccl/shmccl.hpp"
@@ -85,6 +87,19 @@ TEST(TensorTest, BadShapesAndIndicesAreClearErrors) {
               testing::ThrowsMessage<InvalidArgument>(HasSubstr("dimension -3 out of range")));
   EXPECT_EQ(t.size(-1), t.size(t.dim() - 1));
   EXPECT_THROW(zeros({-1}), InvalidArgument);
+  // Sizes whose element or byte count overflows: an error, not a tensor that wrapped around.
+  EXPECT_THAT([] { empty({int64_t{1} << 62}, kFloat64, Device::npu(0)); },
+              testing::ThrowsMessage<InvalidArgument>(HasSubstr("more bytes than an int64_t")));
+  EXPECT_THAT(
+      [] {
+        empty({int64_t{1} << 40, int64_t{1} << 40});
+      },
+      testing::ThrowsMessage<InvalidArgument>(HasSubstr("more elements than an int64_t")));
+  EXPECT_THAT(
+      [] {
+        rand({int64_t{1} << 32, int64_t{1} << 32}, 1);
+      },
+      testing::ThrowsMessage<InvalidArgument>(HasSubstr("more elements than an int64_t")));
   EXPECT_THAT([&] { t.to_vector<int32_t>(); },
               testing::ThrowsMessage<InvalidArgument>(HasSubstr("does not match")));
   EXPECT_THAT([] { npu::set_device(99); },
@@ -164,6 +179,24 @@ TEST(TensorTest, TofileFromfileRoundTrip) {
   Tensor loaded = fromfile(path, kBFloat16, {4, 5});
   EXPECT_TRUE(equal(original, loaded));
   EXPECT_THROW(fromfile(path, kFloat32, {3, 3}), InvalidArgument);  // 10 floats, not 9
+  std::remove(path);
+}
+
+size_t open_descriptors() {
+  return static_cast<size_t>(std::distance(std::filesystem::directory_iterator("/proc/self/fd"),
+                                           std::filesystem::directory_iterator{}));
+}
+
+// A file too large for the host's memory (8 TiB, sparse): fromfile throws and keeps no descriptor.
+TEST(TensorTest, FromfileOfAFileTooLargeForMemoryClosesIt) {
+  char path[] = "/tmp/shmccl_tensor_XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, off_t{1} << 43), 0);
+  close(fd);
+  const size_t before = open_descriptors();
+  EXPECT_THROW(fromfile(path, kFloat32, {-1}), Error);
+  EXPECT_EQ(open_descriptors(), before);
   std::remove(path);
 }
 

@@ -271,6 +271,27 @@ TEST(StreamImplTest, RunSyncPropagatesItsOwnErrorOnly) {
   EXPECT_THROW(stream->synchronize(), std::runtime_error);
 }
 
+// npu::synchronize(device) waits for every stream of the device, also past one whose work
+// failed: its caller may free the tensors of the others once it throws.
+TEST(StreamImplTest, DeviceSynchronizeWaitsForEveryStreamPastAFailedOne) {
+  Stream failing(0);  // created first: synchronized first
+  Stream busy(0);
+  failing.impl()->enqueue([] { throw std::runtime_error("failed task"); });
+  failing.impl()->enqueue([] {});
+  Gate gate;
+  std::atomic<bool> busy_done{false};
+  busy.impl()->enqueue(gate.task());
+  busy.impl()->enqueue([&] { busy_done = true; });
+  // Opens the gate only after synchronize() had time to return early, were it to.
+  std::thread opener([&] {
+    std::this_thread::sleep_for(kProbe);
+    gate.open();
+  });
+  EXPECT_THROW(synchronize(0), std::runtime_error);
+  EXPECT_TRUE(busy_done.load()) << "synchronize() threw while another stream still ran";
+  opener.join();
+}
+
 TEST(StreamImplTest, SynchronizeForTimesOut) {
   auto stream = make_impl();
   EXPECT_TRUE(stream->synchronize_for(0ns));
