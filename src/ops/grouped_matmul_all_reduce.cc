@@ -11,7 +11,10 @@
 // communication stream while the GEMMs of the next round run here.
 #include <algorithm>
 #include <deque>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "collectives/unordered_ops.h"
@@ -83,6 +86,26 @@ std::vector<Round> make_rounds(const GroupedMatmulPlan& plan, int64_t count) {
   return rounds;
 }
 
+// The least CPU share among the ranks of `group`, agreed with one small all-reduce the first time
+// a group asks (every rank asks at the same call: the first fused call with comm_turn 0 on it).
+int least_cpu_share(ProcessGroup& group, int mine) {
+  static std::mutex mutex;
+  static std::map<std::string, int> agreed;  // by comm_name(): unique per group and init
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    const auto known = agreed.find(group.comm_name());
+    if (known != agreed.end()) return known->second;
+  }
+  // Not under the lock: another thread's first call on another group must not wait for this
+  // group's ranks.
+  Tensor share = from_vector<int32_t>({mine});
+  group.all_reduce(share, ReduceOp::MIN);
+  const int least = share.to_vector<int32_t>()[0];
+  std::lock_guard<std::mutex> lock(mutex);
+  agreed.emplace(group.comm_name(), least);
+  return least;
+}
+
 class GroupedMatmulRunner {
  public:
   GroupedMatmulRunner(const GroupedMatmulPlan& plan, ProcessGroup* group)
@@ -98,7 +121,10 @@ class GroupedMatmulRunner {
     // core, so the operator sends everything in one all-reduce after the GEMMs.
     const int cpus = ops::cpu_share();
     int64_t count = comm_turn;
-    if (count == 0) count = communicate && cpus >= 2 ? auto_rounds(plan_) : 1;
+    // The rounds are collectives, so every rank must cut the same ones: the choice goes by the
+    // group's least share, not this rank's (ranks bound to unequal sets of CPUs differ).
+    if (count == 0)
+      count = communicate && least_cpu_share(*group_, cpus) >= 2 ? auto_rounds(plan_) : 1;
     threads_ = ops::gemm_threads(communicate && count > 1 && cpus >= 2 ? cpus - 1 : cpus);
     const std::vector<Round> rounds = make_rounds(plan_, count);
     // The all-reduce of round r runs on the communication stream while round r+1's GEMMs run

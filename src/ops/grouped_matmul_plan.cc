@@ -64,7 +64,9 @@ std::vector<int64_t> group_rows(const GroupedMatmulArgs& args, size_t group_num,
                        " holds row counts (group_list_type 1), but group_list[", i, "] = ", value,
                        " is negative");
       counts[i] = value;
-      total += value;
+      SHMCCL_CHECK_ARG(!__builtin_add_overflow(total, value, &total), op, ": group_list ",
+                       args.group_list, " holds row counts (group_list_type 1) whose sum ",
+                       "overflows int64_t; x has ", rows, " rows");
     }
   }
   SHMCCL_CHECK_ARG(total == rows, op, ": group_list ", args.group_list,

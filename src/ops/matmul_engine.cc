@@ -266,30 +266,47 @@ void MatmulEngine::clear_caches() {
   impl_->weight_budget = config::get_bytes("SHMCCL_OPS_WEIGHT_CACHE_BYTES");
 }
 
+namespace {
+
+// The CPUs one of `ranks` ranks may keep busy.
+int share_of(int ranks) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int cpus = 1;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) cpus = CPU_COUNT(&set);
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  // Bound to fewer CPUs than the host has: the launcher gave this rank its own. Else the
+  // ranks share what they see.
+  int mine = online > 0 && cpus < online ? cpus : cpus / ranks;
+  // A cgroup's CPU limit (a container's --cpus) is the job's to share as well: GEMM threads
+  // beyond it only get every rank throttled.
+  if (const int quota = detail::cpu_quota_cores(); quota > 0) mine = std::min(mine, quota / ranks);
+  return std::max(1, mine);
+}
+
+}  // namespace
+
 int cpu_share() {
-  static const int share = [] {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    int cpus = 1;
-    if (sched_getaffinity(0, sizeof(set), &set) == 0) cpus = CPU_COUNT(&set);
-    int ranks = 1;
-    for (const char* name : {"LOCAL_WORLD_SIZE", "WORLD_SIZE"}) {
-      if (const char* value = std::getenv(name); value != nullptr && std::atoi(value) > 0) {
-        ranks = std::atoi(value);
-        break;
-      }
+  // Kept once the job's size is known (the launcher's variables, or the default group): a GEMM
+  // before init_process_group with no such variables must not fix for good the share of a rank
+  // that then counted itself alone.
+  static std::atomic<int> known{0};
+  if (const int share = known.load(std::memory_order_relaxed); share > 0) [[likely]]
+    return share;
+  int ranks = 0;
+  for (const char* name : {"LOCAL_WORLD_SIZE", "WORLD_SIZE"}) {
+    if (const char* value = std::getenv(name); value != nullptr && std::atoi(value) > 0) {
+      ranks = std::atoi(value);
+      break;
     }
-    if (ranks == 1 && is_initialized()) ranks = get_world_size();
-    const long online = sysconf(_SC_NPROCESSORS_ONLN);
-    // Bound to fewer CPUs than the host has: the launcher gave this rank its own. Else the
-    // ranks share what they see.
-    int mine = online > 0 && cpus < online ? cpus : cpus / ranks;
-    // A cgroup's CPU limit (a container's --cpus) is the job's to share as well: GEMM threads
-    // beyond it only get every rank throttled.
-    if (const int quota = detail::cpu_quota_cores(); quota > 0)
-      mine = std::min(mine, quota / ranks);
-    return std::max(1, mine);
-  }();
+  }
+  if (ranks == 0 && is_initialized()) ranks = get_world_size();
+  if (ranks == 0) {
+    static const int alone = share_of(1);
+    return alone;
+  }
+  const int share = share_of(ranks);
+  known.store(share, std::memory_order_relaxed);
   return share;
 }
 

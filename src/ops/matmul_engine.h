@@ -55,8 +55,9 @@ class MatmulEngine {
 };
 
 // This rank's share of the host's CPUs: the CPUs it may run on, divided among the ranks of the job
-// on this host (LOCAL_WORLD_SIZE, WORLD_SIZE) when they all see the same CPUs; at least 1.
-// Computed once per process.
+// on this host (LOCAL_WORLD_SIZE, WORLD_SIZE, or the default group's size) when they all see the
+// same CPUs; at least 1. Computed once per process once the job's size is known. Ranks may differ
+// (bindings of unequal size): what all of a group's ranks must agree on takes the group's least.
 int cpu_share();
 
 // Threads one rank's GEMMs use: SHMCCL_OPS_THREADS if set, else `cpus`.

@@ -188,6 +188,12 @@ std::optional<ShmSegment> ShmSegment::try_open(const std::string& name, size_t e
 }
 
 std::optional<size_t> ShmSegment::size_of(const std::string& name) {
+  const std::optional<Identity> identity = identity_of(name);
+  if (!identity) return std::nullopt;
+  return identity->size;
+}
+
+std::optional<ShmSegment::Identity> ShmSegment::identity_of(const std::string& name) {
   validate_name(name);
   FileDescriptor fd(::shm_open(name.c_str(), O_RDONLY | O_CLOEXEC, 0));
   if (!fd.valid()) {
@@ -196,7 +202,14 @@ std::optional<size_t> ShmSegment::size_of(const std::string& name) {
   }
   struct stat info {};
   SHMCCL_SYSCALL(::fstat(fd.get(), &info), "fstat(shm segment ", name, ")");
-  return static_cast<size_t>(info.st_size);
+  return Identity{static_cast<size_t>(info.st_size), static_cast<uint64_t>(info.st_dev),
+                  static_cast<uint64_t>(info.st_ino)};
+}
+
+bool ShmSegment::unlink_if_same(const std::string& name, const Identity& identity) {
+  const std::optional<Identity> now = identity_of(name);
+  if (!now || now->device != identity.device || now->inode != identity.inode) return false;
+  return unlink_name(name);
 }
 
 bool ShmSegment::unlink_name(const std::string& name) {

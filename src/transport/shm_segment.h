@@ -52,6 +52,16 @@ class ShmSegment {
   // The current size of segment `name` without mapping it, or nullopt when it does not exist.
   // A segment being created by another process reports 0 until create() has committed all of it.
   static std::optional<size_t> size_of(const std::string& name);
+  // The same with the file's identity, to tell one segment of a name from a later one.
+  struct Identity {
+    size_t size = 0;
+    uint64_t device = 0;
+    uint64_t inode = 0;
+  };
+  static std::optional<Identity> identity_of(const std::string& name);
+  // Removes `name` if it still is the file `identity` names (a stat, then the unlink: what a
+  // process creates under the name in between is removed too, a race the callers make harmless).
+  static bool unlink_if_same(const std::string& name, const Identity& identity);
 
   // Removes `name` from /dev/shm; true when it existed. ENOENT is not an error.
   static bool unlink_name(const std::string& name);

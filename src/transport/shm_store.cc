@@ -67,6 +67,10 @@ timespec realtime_deadline(Clock::time_point deadline) {
 
 // Short waits of the creation protocol for states that last microseconds (a creator between
 // shm_open and ftruncate, a stale store between being abandoned and unlinked).
+// How long a store's name may stay unsized (shm_open done, fallocate not) before openers take it
+// as left by a creator that died making it. Making it takes milliseconds.
+constexpr std::chrono::milliseconds kUnsizedGrace{2000};
+
 void backoff(int attempt) {
   if (attempt < 16) {
     sched_yield();
@@ -155,6 +159,8 @@ std::unique_ptr<ShmStore> ShmStore::open_or_create(const std::string& ns,
   SHMCCL_CHECK_ARG(timeout.count() > 0, "ShmStore timeout must be > 0 ms, got ", timeout.count());
   const std::string name = segment_name(ns, "store");
   const auto deadline = deadline_after(timeout);
+  std::optional<ShmSegment::Identity> unsized;  // the name's file seen unsized, and since when
+  Clock::time_point unsized_since;
   for (int attempt = 0;; ++attempt) {
     if (attempt > 0) {
       if (Clock::now() >= deadline) {
@@ -168,6 +174,9 @@ std::unique_ptr<ShmStore> ShmStore::open_or_create(const std::string& ns,
     // Try to be the creator: O_EXCL makes exactly one process win.
     try {
       ShmSegment segment = ShmSegment::create(name, segment_size(), UnlinkPolicy::kManual);
+      // A creator descheduled past kUnsizedGrace between its shm_open and the end of its
+      // fallocate may have had its name taken as abandoned (below): it starts over.
+      if (!segment.still_named()) continue;
       try {
         initialise(segment);
       } catch (...) {
@@ -180,11 +189,27 @@ std::unique_ptr<ShmStore> ShmStore::open_or_create(const std::string& ns,
       if (error.error_code() != EEXIST) throw;
     }
     // Someone else holds the name: open it.
-    const std::optional<size_t> size = ShmSegment::size_of(name);
-    if (!size || *size == 0) continue;  // removed meanwhile, or its creator has not sized it yet
-    if (*size != segment_size()) {
-      throw Error(detail::concat("ShmStore ", name, " has size ", *size, " bytes, expected ",
-                                 segment_size(), " (made by another shmccl version?)"));
+    const std::optional<ShmSegment::Identity> identity = ShmSegment::identity_of(name);
+    if (!identity) continue;  // removed meanwhile
+    if (identity->size == 0) {
+      // Its creator has not sized it yet, which takes it a few milliseconds, or was killed before
+      // it did (the kernel undoes an interrupted fallocate): no pid in it tells which. A name
+      // that stays unsized for kUnsizedGrace is taken as abandoned, or every later job with this
+      // job id would wait here in vain.
+      if (!unsized || unsized->inode != identity->inode || unsized->device != identity->device) {
+        unsized = identity;
+        unsized_since = Clock::now();
+      } else if (Clock::now() - unsized_since >= kUnsizedGrace &&
+                 ShmSegment::unlink_if_same(name, *identity)) {
+        SHMCCL_WARN(kShm, "removed store ", name, ": it stayed empty for ", kUnsizedGrace.count(),
+                    " ms (its creator died while making it)");
+      }
+      continue;
+    }
+    if (identity->size != segment_size()) {
+      throw Error(detail::concat("ShmStore ", name, " has size ", identity->size,
+                                 " bytes, expected ", segment_size(),
+                                 " (made by another shmccl version?)"));
     }
     std::optional<ShmSegment> segment;
     try {

@@ -4,7 +4,9 @@
 // with and without bias, float16 / bfloat16 / float32, comm_turn 0 and > 0, at 1, 2, 3 and 4
 // ranks with real processes; the weight cache; and every argument error.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <random>
@@ -289,6 +291,50 @@ TEST_P(GroupedMatmulAllReduceTest, FusedEqualsGroupedMatmulThenAllReduce) {
   EXPECT_TRUE(testing::all_ranks_succeeded(results));
 }
 
+// comm_turn 0 lets the operator choose its rounds, which are collectives: ranks whose CPU shares
+// differ (bound to CPU sets of unequal size: here rank 1 to one CPU, rank 0 to all it has, alone
+// by LOCAL_WORLD_SIZE) must still choose the same ones. Both also run a GEMM before they join
+// the group, which must not fix a share as if the rank ran alone.
+TEST(GroupedMatmulRounds, RanksWithUnequalCpuSharesChooseTheSameRounds) {
+  cpu_set_t cpus;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(cpus), &cpus), 0);
+  if (CPU_COUNT(&cpus) < 2) GTEST_SKIP() << "one CPU: every share is 1";
+  auto results = testing::run_ranks(2, [cpus](const testing::RankContext& ctx) {
+    if (ctx.rank == 0) {
+      setenv("LOCAL_WORLD_SIZE", "1", 1);
+    } else {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+        if (CPU_ISSET(cpu, &cpus)) {
+          CPU_SET(cpu, &one);
+          break;
+        }
+      }
+      require(sched_setaffinity(0, sizeof(one), &one) == 0, "sched_setaffinity");
+    }
+    npu::set_device(ctx.rank);
+    Tensor warm = ones({2, 2}, kFloat32).npu();
+    npu_grouped_matmul({warm}, {warm});
+    ctx.init();
+    require(ctx.rank == 0 ? ops::cpu_share() >= 2 : ops::cpu_share() == 1,
+            str("rank ", ctx.rank, ": share ", ops::cpu_share()));
+    const int64_t m = 1024, k = 8, n = 1024;  // 1M output elements: several automatic rounds
+    for (int call = 0; call < 2; ++call) {
+      std::vector<Tensor> y = npu_grouped_mat_mul_all_reduce(
+          {full({m, k}, 1.0, kFloat32).npu()}, {full({k, n}, ctx.rank + 1.0, kFloat32).npu()},
+          default_group()->comm_name());
+      const std::vector<float> values = y[0].cpu().to_vector<float>();
+      size_t wrong = 0;
+      for (float value : values)
+        wrong += value != 3.0f * k;
+      require(wrong == 0, str("call ", call, ": ", wrong, " of ", values.size(), " wrong"));
+    }
+    destroy_process_group();
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, GroupedMatmulAllReduceTest, ::testing::Values(1, 2, 3, 4),
                          [](const auto& info) { return std::to_string(info.param) + "ranks"; });
 
@@ -403,6 +449,10 @@ TEST_F(GroupedMatmulSingleRank, EveryConstraintHasAClearError) {
   EXPECT_TRUE(has(call({t({4, 4})}, {t({4, 4}), t({4, 4})},
                        {.group_list = {3, 2}, .split_item = 1, .group_list_type = 1}),
                   "sums to 5 but x has 4 rows"));
+  EXPECT_TRUE(
+      has(call({t({0, 4})}, {t({4, 4}), t({4, 4}), t({4, 4})},
+               {.group_list = {INT64_MAX, INT64_MAX, 2}, .split_item = 1, .group_list_type = 1}),
+          "whose sum overflows int64_t"));
   // bias count, shape and dtype.
   EXPECT_TRUE(has(call({t({4, 4})}, {t({4, 4})}, {.bias = {t({4}, kFloat32), t({4}, kFloat32)}}),
                   "bias has 2 tensors but weight has 1"));
