@@ -5,6 +5,7 @@
 // segments, limits, and recovery from a process that died holding the lock.
 #include "transport/shm_store.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +17,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "core/file_descriptor.h"
 #include "shmccl/error.hpp"
 #include "transport/multiprocess.h"
 #include "transport/segment_names.h"
@@ -283,6 +285,23 @@ TEST_F(ShmStoreTest, HalfMadeStoreOfADeadCreatorIsReplaced) {
   }
   auto store = open(2s);
   EXPECT_TRUE(store->created());
+  store->unlink();
+}
+
+// A creator killed between its shm_open and the end of its fallocate (which the kernel then
+// undoes) leaves the name at 0 bytes, with no pid to tell it is dead: once the name stays empty
+// for the grace period (2 s), an opener removes it and makes the store, instead of every later
+// job with this job id timing out there.
+TEST_F(ShmStoreTest, AStoreNameLeftEmptyByAKilledCreatorIsReplaced) {
+  const FileDescriptor empty(::shm_open(name().c_str(), O_CREAT | O_EXCL | O_RDWR, 0600));
+  ASSERT_TRUE(empty.valid());
+  const auto start = Clock::now();
+  auto store = open(10s);
+  EXPECT_TRUE(store->created());
+  EXPECT_GE(Clock::now() - start, 2s) << "an empty name is a creator at work for a while";
+  EXPECT_LT(Clock::now() - start, 8s);
+  store->set("key", "value");
+  EXPECT_EQ(open(1s)->get("key"), "value");  // the name is the new store's
   store->unlink();
 }
 
