@@ -236,6 +236,16 @@ std::unique_ptr<transport::GroupTransport> Rendezvous::connect_group(
   fault::point(fault::Point::kRendezvous, job_.rank, ++groups_connected_);
   transport->wait_for_all_attached(deadline, job_oversubscribed,
                                    static_cast<int>(global_ranks.size()) == job_.world_size);
+  // Every member read the name (it attached): the key goes, or a program that makes groups in a
+  // loop would fill the store (1024 keys in ours) and its next new_group would fail.
+  if (group_rank == 0) {
+    try {
+      store_->delete_key(name_key);
+    } catch (const std::exception& error) {
+      SHMCCL_INFO(kColl, "group ", key, ": could not delete store key ", name_key, ": ",
+                  error.what());
+    }
+  }
   return transport;
 }
 

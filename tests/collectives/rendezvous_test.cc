@@ -60,5 +60,24 @@ INSTANTIATE_TEST_SUITE_P(Launchers, RendezvousFromEnvironment,
                                            Launcher{"mpich", "PMI_RANK", "PMI_SIZE"}),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// A program that makes a group per step (and lets it go) never fills the job's store: each
+// group's key goes once its members attached. 1100 groups: past the store's 1024 keys.
+TEST(Rendezvous, GroupsMadeInALoopNeverFillTheStore) {
+  auto results = testing::run_ranks(2, [](const testing::RankContext& ctx) {
+    npu::set_device(ctx.rank);
+    ctx.init();
+    for (int i = 0; i < 1100; ++i) {
+      ProcessGroupPtr pair = new_group({0, 1});
+      Tensor t = ones({2}, kInt32);
+      all_reduce(t, ReduceOp::SUM, pair);
+      require(t.to_vector<int32_t>() == std::vector<int32_t>(2, 2),
+              "all_reduce on group " + std::to_string(i));
+      pair->shutdown();
+    }
+    destroy_process_group();
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+}
+
 }  // namespace
 }  // namespace shmccl
