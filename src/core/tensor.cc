@@ -8,11 +8,11 @@
 
 #include "core/check.h"
 #include "core/storage.h"
+#include "core/tensor_shape.h"
 
 namespace shmccl {
-namespace {
 
-int64_t checked_numel(const std::vector<int64_t>& sizes) {
+int64_t detail::checked_numel(const std::vector<int64_t>& sizes) {
   int64_t numel = 1;
   for (int64_t size : sizes) {
     SHMCCL_CHECK_ARG(size >= 0, "tensor sizes must be non-negative, got ", sizes);
@@ -22,14 +22,12 @@ int64_t checked_numel(const std::vector<int64_t>& sizes) {
   return numel;
 }
 
-}  // namespace
-
 Tensor::Tensor(std::shared_ptr<detail::Storage> storage, size_t offset_bytes,
                std::vector<int64_t> sizes, ScalarType dtype)
     : storage_(std::move(storage)),
       offset_bytes_(offset_bytes),
       sizes_(std::move(sizes)),
-      numel_(checked_numel(sizes_)),
+      numel_(detail::checked_numel(sizes_)),
       dtype_(dtype) {
   SHMCCL_CHECK_ARG(is_valid(dtype), "invalid dtype ", static_cast<int>(dtype));
   SHMCCL_CHECK(storage_ == nullptr || offset_bytes_ + nbytes() <= storage_->nbytes(),

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "core/tensor_shape.h"
 #include "device/device_context.h"
 #include "device/kernels.h"
 #include "device/tensor_memory.h"
@@ -108,17 +109,6 @@ struct SplitMix64 {
   double uniform() { return static_cast<double>(next() >> 11) * 0x1p-53; }  // [0, 1)
 };
 
-// The element count of `shape`, checked: sizes >= 0 and no overflow.
-int64_t checked_numel(const IntArrayRef& shape) {
-  int64_t numel = 1;
-  for (int64_t size : shape) {
-    SHMCCL_CHECK_ARG(size >= 0, "tensor sizes must be non-negative, got ", shape);
-    SHMCCL_CHECK_ARG(!__builtin_mul_overflow(numel, size, &numel), "a tensor of sizes ", shape,
-                     " has more elements than an int64_t counts");
-  }
-  return numel;
-}
-
 Tensor from_doubles(const std::vector<double>& values, const IntArrayRef& shape, ScalarType dtype,
                     Device device) {
   Tensor host = empty(shape, dtype);
@@ -130,7 +120,7 @@ Tensor from_doubles(const std::vector<double>& values, const IntArrayRef& shape,
 
 Tensor empty(const IntArrayRef& shape, ScalarType dtype, Device device) {
   SHMCCL_CHECK_ARG(is_valid(dtype), "invalid dtype ", static_cast<int>(dtype));
-  const int64_t numel = checked_numel(shape);
+  const int64_t numel = detail::checked_numel(shape);
   int64_t bytes = 0;
   SHMCCL_CHECK_ARG(
       !__builtin_mul_overflow(numel, static_cast<int64_t>(element_size(dtype)), &bytes),
@@ -166,7 +156,7 @@ Tensor arange(int64_t n, ScalarType dtype, Device device) {
 Tensor rand(const IntArrayRef& shape, uint64_t seed, ScalarType dtype, double low, double high,
             Device device) {
   SHMCCL_CHECK_ARG(low <= high, "rand() needs low <= high, got ", low, " > ", high);
-  const int64_t numel = checked_numel(shape);
+  const int64_t numel = detail::checked_numel(shape);
   SplitMix64 generator{seed};
   std::vector<double> values(static_cast<size_t>(numel));
   for (double& value : values)
@@ -176,7 +166,7 @@ Tensor rand(const IntArrayRef& shape, uint64_t seed, ScalarType dtype, double lo
 
 Tensor randn(const IntArrayRef& shape, uint64_t seed, ScalarType dtype, double mean, double stddev,
              Device device) {
-  const int64_t numel = checked_numel(shape);
+  const int64_t numel = detail::checked_numel(shape);
   SplitMix64 generator{seed};
   std::vector<double> values(static_cast<size_t>(numel));
   for (size_t i = 0; i < values.size(); i += 2) {
