@@ -11,6 +11,16 @@
 
 #include "shmccl/shmccl.hpp"
 
+// A sanitizer's allocator aborts the process on an allocation it cannot make; the library's
+// answer to one (an OutOfMemoryError) is what TensorTest.FromfileOfAFileTooLargeForMemoryClosesIt
+// tests, so in sanitizer builds the allocators return null instead, as the system's does.
+extern "C" const char* __asan_default_options() {
+  return "allocator_may_return_null=1";
+}
+extern "C" const char* __tsan_default_options() {
+  return "allocator_may_return_null=1";
+}
+
 namespace shmccl {
 namespace {
 
