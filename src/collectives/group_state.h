@@ -126,6 +126,12 @@ class GroupState {
   // fingerprint. Only between collectives, on every rank alike; never in a real program.
   void set_mismatch_check_active(bool active) { mismatch_check_ = active; }
   bool mismatch_check_active() const { return mismatch_check_; }
+  // The least CPU share of the group's ranks, once the fused grouped matmul agreed on it (0:
+  // not yet; ops/grouped_matmul_all_reduce.cc).
+  int agreed_cpu_share() const { return agreed_cpu_share_.load(std::memory_order_relaxed); }
+  void set_agreed_cpu_share(int share) {
+    agreed_cpu_share_.store(share, std::memory_order_relaxed);
+  }
 
  private:
   [[gnu::noinline]] void wait_for_turn_slowly(uint64_t sequence);
@@ -147,6 +153,7 @@ class GroupState {
   // std::call_once (whose fast path still sets thread-local state).
   std::atomic<npu::detail::StreamImpl*> comm_stream_ready_{nullptr};
   std::atomic<bool> failed_{false};
+  std::atomic<int> agreed_cpu_share_{0};
   mutable std::mutex failure_mutex_;
   std::string failure_;
   bool shut_down_ = false;  // guarded by failure_mutex_

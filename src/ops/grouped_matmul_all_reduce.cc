@@ -11,12 +11,10 @@
 // communication stream while the GEMMs of the next round run here.
 #include <algorithm>
 #include <deque>
-#include <map>
 #include <memory>
-#include <mutex>
-#include <string>
 #include <vector>
 
+#include "collectives/group_state.h"
 #include "collectives/unordered_ops.h"
 #include "core/check.h"
 #include "core/logging.h"
@@ -87,22 +85,16 @@ std::vector<Round> make_rounds(const GroupedMatmulPlan& plan, int64_t count) {
 }
 
 // The least CPU share among the ranks of `group`, agreed with one small all-reduce the first time
-// a group asks (every rank asks at the same call: the first fused call with comm_turn 0 on it).
+// a group asks (every rank asks at the same call: the first fused call with comm_turn 0 on it)
+// and kept in the group's state.
 int least_cpu_share(ProcessGroup& group, int mine) {
-  static std::mutex mutex;
-  static std::map<std::string, int> agreed;  // by comm_name(): unique per group and init
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    const auto known = agreed.find(group.comm_name());
-    if (known != agreed.end()) return known->second;
-  }
-  // Not under the lock: another thread's first call on another group must not wait for this
-  // group's ranks.
+  detail::GroupState& state = group.state();
+  if (const int agreed = state.agreed_cpu_share(); agreed > 0) [[likely]]
+    return agreed;
   Tensor share = from_vector<int32_t>({mine});
   group.all_reduce(share, ReduceOp::MIN);
   const int least = share.to_vector<int32_t>()[0];
-  std::lock_guard<std::mutex> lock(mutex);
-  agreed.emplace(group.comm_name(), least);
+  state.set_agreed_cpu_share(least);
   return least;
 }
 
