@@ -377,94 +377,116 @@ TEST(DepartureTest, ARankThatDestroyedGroupsItStillHoldsIsNamedInItsPeersNextCal
 // The last rank's 4 MiB all-reduce (256 chunks of work pool) throws std::bad_alloc after it ran
 // its first chunk and before it counted it done (SHMCCL_FAULT=mid_copy:<rank>:bad_alloc:2): no
 // one will finish that chunk. The others' all-reduce fails at once, naming the rank, instead of
-// waiting out the 60 s timeout. (If the others took every chunk before the victim claimed one,
-// which oversubscription allows, their all-reduce completes and their next collective names it;
-// the test requires the first case at some world size.)
+// waiting out the 60 s timeout. When the others took every chunk before the victim claimed one
+// (which oversubscription allows), their all-reduce completes and their next collective names it.
+// Fault hooks stage each case: the others wait before the data moves until the victim ran its
+// chunk, or the victim waits before it until the others are done.
+namespace abandon {
+const Shared* g_shared = nullptr;
+bool g_victim = false;
+bool g_victim_holds_a_chunk = true;
+int g_world = 0;
+
+void hook(fault::Point point, uint64_t sequence) {
+  if (sequence != 2) return;
+  if (g_victim_holds_a_chunk) {
+    if (g_victim && point == fault::Point::kMidCopy) {
+      g_shared->in_pool.post(g_world - 1);
+    } else if (!g_victim && point == fault::Point::kBeforeCopy) {
+      require(g_shared->in_pool.wait(1), "the victim ran no chunk");
+    }
+  } else {
+    if (!g_victim && point == fault::Point::kAfterCopy) {
+      g_shared->in_pool.post(1);
+    } else if (g_victim && point == fault::Point::kBeforeCopy) {
+      require(g_shared->in_pool.wait(g_world - 1), "the others did not finish the pool");
+    }
+  }
+}
+}  // namespace abandon
+
 TEST(DepartureTest, ARankThatFailedHoldingPoolWorkIsNamedInThatCall) {
+  if (!fault::compiled_in()) GTEST_SKIP() << "no fault injection in this build";
   constexpr int64_t kElements = 1 << 20;
-  int worlds_with_work_abandoned = 0;
-  for (int world : {2, 3, 4, 8}) {
-    SCOPED_TRACE(str(world, " ranks"));
-    Shared shared;
-    testing::SharedInt claimed;  // 1: the victim held a chunk; 2: it claimed none
-    testing::RunOptions options;
-    auto results = testing::run_ranks(
-        world,
-        [&](const testing::RankContext& ctx) {
-          const int victim = ctx.world - 1;
-          setenv("SHMCCL_FAULT", str("mid_copy:", victim, ":bad_alloc:2").c_str(), 1);
-          setenv("SHMCCL_CHUNK_BYTES", "16384", 1);
-          config::reload();
-          npu::set_device(ctx.rank % 8);
-          ctx.init(kTimeoutMs);
-          barrier();
-          Tensor tensor = full({kElements}, ctx.rank + 1, kInt32).npu();
-          if (ctx.rank == victim) {
+  for (bool holds_a_chunk : {true, false}) {
+    SCOPED_TRACE(holds_a_chunk ? "the victim holds a chunk" : "the others ran every chunk");
+    for (int world : {2, 3, 4, 8}) {
+      SCOPED_TRACE(str(world, " ranks"));
+      Shared shared;
+      testing::SharedInt claimed;  // 1: the victim held a chunk; 2: it claimed none
+      testing::RunOptions options;
+      auto results = testing::run_ranks(
+          world,
+          [&](const testing::RankContext& ctx) {
+            const int victim = ctx.world - 1;
+            setenv("SHMCCL_FAULT", str("mid_copy:", victim, ":bad_alloc:2").c_str(), 1);
+            setenv("SHMCCL_CHUNK_BYTES", "16384", 1);
+            config::reload();
+            npu::set_device(ctx.rank % 8);
+            abandon::g_shared = &shared;
+            abandon::g_victim = ctx.rank == victim;
+            abandon::g_victim_holds_a_chunk = holds_a_chunk;
+            abandon::g_world = ctx.world;
+            fault::set_hook(abandon::hook);
+            ctx.init(kTimeoutMs);
+            barrier();
+            Tensor tensor = full({kElements}, ctx.rank + 1, kInt32).npu();
+            if (ctx.rank == victim) {
+              try {
+                all_reduce(tensor);
+                throw testing::RequirementFailed("the injected bad_alloc did not come");
+              } catch (const std::bad_alloc&) {
+              }
+              const transport::RankSlot& mine = default_group()->state().transport().slot(ctx.rank);
+              *claimed = mine.pool_claimed.load() == 2 ? 1 : 2;
+              shared.step.post(ctx.world - 1);
+              outlive_the_survivors(ctx, shared);
+              return;
+            }
+            const auto start = std::chrono::steady_clock::now();
+            std::string text;
+            double seconds = 0;
             try {
               all_reduce(tensor);
-              throw testing::RequirementFailed("the injected bad_alloc did not come");
-            } catch (const std::bad_alloc&) {
+            } catch (const RemoteError& error) {
+              seconds = seconds_since(start);
+              text = error.what();
             }
-            const transport::RankSlot& mine = default_group()->state().transport().slot(ctx.rank);
-            *claimed = mine.pool_claimed.load() == 2 ? 1 : 2;
-            shared.step.post(ctx.world - 1);
-            outlive_the_survivors(ctx, shared);
-            return;
-          }
-          const auto start = std::chrono::steady_clock::now();
-          std::string text;
-          double seconds = 0;
-          try {
-            all_reduce(tensor);
-          } catch (const RemoteError& error) {
-            seconds = seconds_since(start);
-            text = error.what();
-          }
-          require(shared.step.wait(1), "the victim did not report");
-          // A victim that held no chunk left the pool whole: the ranks in it complete the call.
-          // One that comes to the pool after the victim failed does not go in (it cannot tell
-          // whether chunks are left that touch the victim's tensors) and fails the call.
-          const bool late =
-              text.find("failed the call before this rank began to move data") != std::string::npos;
-          if (*claimed == 2 && late) {
+            require(shared.step.wait(1), "the victim did not report");
+            require(*claimed == (holds_a_chunk ? 1 : 2),
+                    holds_a_chunk ? "the victim claimed no chunk" : "the victim claimed a chunk");
+            if (!holds_a_chunk) {
+              // The victim left the pool whole: the others completed the call.
+              require(text.empty(), "the victim held no chunk, yet: " + text);
+              require(tensor.cpu().to_vector<int32_t>()[kElements - 1] ==
+                          ctx.world * (ctx.world + 1) / 2,
+                      "the all-reduce without the victim's share is wrong");
+              expect_departure_named([] { barrier(); }, {"failed collective 2"}, ctx, shared);
+              return;
+            }
             shared.reported.post(1);
             shared.survivors.arrive_and_wait(ctx.world - 1);
-            return;
-          }
-          if (*claimed == 2) {
-            require(text.empty(), "the victim held no chunk, yet: " + text);
-            require(
-                tensor.cpu().to_vector<int32_t>()[kElements - 1] == ctx.world * (ctx.world + 1) / 2,
-                "the all-reduce without the victim's share is wrong");
-            expect_departure_named([] { barrier(); }, {"failed collective 2"}, ctx, shared);
-            return;
-          }
-          shared.reported.post(1);
-          shared.survivors.arrive_and_wait(ctx.world - 1);
-          require(!text.empty(), "the all-reduce returned without the victim's chunk");
-          for (const std::string& part :
-               {str("rank ", victim, " (pid "), std::string("std::bad_alloc")}) {
-            require(text.find(part) != std::string::npos, str("no '", part, "' in: ", text));
-          }
-          // In the pool when the victim failed, or come to its door after that.
-          require(text.find("failed the call with chunks of its work unfinished") !=
-                          std::string::npos ||
-                      text.find("failed the call before this rank began to move data") !=
-                          std::string::npos,
-                  text);
-          require(seconds < kBoundSeconds, str("noticed after ", seconds, " s: ", text));
-        },
-        options);
-    for (const auto& result : results) {
-      EXPECT_TRUE(result.exit_code == 0 && result.signal == 0)
-          << world << " ranks, rank " << result.rank << ": " << result.message;
+            require(!text.empty(), "the all-reduce returned without the victim's chunk");
+            for (const std::string& part :
+                 {str("rank ", victim, " (pid "), std::string("std::bad_alloc")}) {
+              require(text.find(part) != std::string::npos, str("no '", part, "' in: ", text));
+            }
+            // In the pool when the victim failed, or come to its door after that.
+            require(text.find("failed the call with chunks of its work unfinished") !=
+                            std::string::npos ||
+                        text.find("failed the call before this rank began to move data") !=
+                            std::string::npos,
+                    text);
+            require(seconds < kBoundSeconds, str("noticed after ", seconds, " s: ", text));
+          },
+          options);
+      for (const auto& result : results) {
+        EXPECT_TRUE(result.exit_code == 0 && result.signal == 0)
+            << world << " ranks, rank " << result.rank << ": " << result.message;
+      }
+      EXPECT_TRUE(testing::no_segments_left(options.job_id));
     }
-    EXPECT_TRUE(testing::no_segments_left(options.job_id));
-    if (*claimed == 1) ++worlds_with_work_abandoned;
-    std::printf("[departure] %d ranks: the victim %s\n", world,
-                *claimed == 1 ? "held a chunk" : "claimed none");
   }
-  EXPECT_GT(worlds_with_work_abandoned, 0);
 }
 
 // A rank whose own exception (here std::bad_alloc) fails a 1 MiB all-reduce, whose ranks read
