@@ -32,6 +32,8 @@ constexpr struct {
     {Point::kTimedOut, "timed_out"},
     {Point::kGaveUp, "gave_up"},
     {Point::kAwaitsPeers, "awaits_peers"},
+    {Point::kJoinsGroup, "joins_group"},
+    {Point::kPublishesGroup, "publishes_group"},
 };
 
 std::mutex g_mutex;
@@ -151,7 +153,8 @@ Spec parse(const std::string& text) {
   }
   SHMCCL_CHECK_ARG(known, "SHMCCL_FAULT='", text, "': unknown point '", parts[0],
                    "' (before_arrival, after_arrival, before_copy, mid_copy, after_copy, "
-                   "rendezvous, barrier, timed_out, gave_up, awaits_peers)");
+                   "joins_group, publishes_group, rendezvous, barrier, timed_out, gave_up, "
+                   "awaits_peers)");
   uint64_t rank = 0;
   SHMCCL_CHECK_ARG(parse_number(parts[1], &rank) && rank < (1u << 20), "SHMCCL_FAULT='", text,
                    "': '", parts[1], "' is not a rank");

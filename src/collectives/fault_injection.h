@@ -14,8 +14,12 @@
 //                   (when it claims none: once the pool is empty); inline collectives: as
 //                   after_copy
 //   after_copy      the data moved, before the collective returns
+//   joins_group     group creation, before this rank makes (its first rank) or opens the group's
+//                   control block; <sequence> counts group creations (1: the default group)
+//   publishes_group group creation, its first rank: the control block made, its name not yet
+//                   published
 //   rendezvous      group creation: attached to the control block, before waiting for the
-//                   others; <sequence> counts group creations (1: the default group)
+//                   others
 //   barrier         as before_arrival, in barriers only
 //   timed_out       a wait of the collective timed out, before this rank gives up on the call
 //   gave_up         this rank gave up on the failed call and departed, before its caller sees
@@ -48,6 +52,8 @@ enum class Point : uint8_t {
   kTimedOut,
   kGaveUp,
   kAwaitsPeers,
+  kJoinsGroup,
+  kPublishesGroup,
 };
 
 enum class Action : uint8_t { kKill, kStall, kExit, kStop, kBadAlloc };

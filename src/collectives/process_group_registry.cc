@@ -139,8 +139,9 @@ ProcessGroupPtr new_group(const std::vector<int>& ranks, std::chrono::millisecon
   const collectives::JobInfo& job = state.rendezvous->job();
   if (std::find(members.begin(), members.end(), job.rank) == members.end()) return nullptr;
   const auto group_timeout = timeout.count() >= 0 ? timeout : state.default_group->timeout();
-  auto transport = state.rendezvous->connect_group(
-      key, members, group_timeout, state.default_group->state().transport().oversubscribed());
+  const transport::GroupTransport& world = state.default_group->state().transport();
+  auto transport =
+      state.rendezvous->connect_group(key, members, group_timeout, world.oversubscribed(), &world);
   auto group = std::make_shared<ProcessGroup>(std::make_unique<detail::GroupState>(
       std::move(transport), members, make_comm_name(job, state.generation, key), group_timeout));
   state.groups.push_back(group);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <functional>
 
@@ -15,6 +16,7 @@
 #include "core/config.h"
 #include "core/logging.h"
 #include "transport/segment_names.h"
+#include "transport/shm_segment.h"
 #include "transport/shm_store.h"
 
 namespace shmccl::collectives {
@@ -189,18 +191,32 @@ Rendezvous::~Rendezvous() {
 
 std::unique_ptr<transport::GroupTransport> Rendezvous::connect_group(
     const std::string& key, const std::vector<int>& global_ranks, std::chrono::milliseconds timeout,
-    bool job_oversubscribed) {
+    bool job_oversubscribed, const transport::GroupTransport* world) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   const auto position = std::find(global_ranks.begin(), global_ranks.end(), job_.rank);
   SHMCCL_CHECK(position != global_ranks.end(), "rank ", job_.rank, " is not in group ", key);
   const int group_rank = static_cast<int>(position - global_ranks.begin());
   const int group_size = static_cast<int>(global_ranks.size());
   const std::string name_key = prefix_ + key + "/control";
+  const std::string creating_key = prefix_ + key + "/creating";
+  std::function<std::string(int)> exited;
+  if (world != nullptr) {
+    exited = [world, &key](int rank) -> std::string {
+      if (!world->peer_exited(rank)) return "";
+      return detail::concat("rank ", rank, " (pid ", world->peer_pid(rank),
+                            ") exited before it joined group ", key);
+    };
+  }
+  const uint64_t creation = groups_connected_ + 1;
+  fault::point(fault::Point::kJoinsGroup, job_.rank, creation);
   std::unique_ptr<transport::GroupTransport> transport;
+  std::string name;
   if (group_rank == 0) {
-    const std::string name =
-        transport::segment_name(job_.ns, prefix_.substr(0, prefix_.size() - 1) + "." + key + "." +
-                                             transport::random_token());
+    name = transport::segment_name(job_.ns, prefix_.substr(0, prefix_.size() - 1) + "." + key +
+                                                "." + transport::random_token());
+    // The name first: should this process die before it publishes the block, the members remove
+    // the block instead of leaving it in /dev/shm for good.
+    if (world != nullptr) store_->set(creating_key, name);
     try {
       transport = transport::GroupTransport::create(name, group_rank, group_size);
     } catch (const Error& error) {
@@ -212,17 +228,10 @@ std::unique_ptr<transport::GroupTransport> Rendezvous::connect_group(
                                 what.substr(0, transport::ShmStore::kMaxValueSize - 16));
       throw;
     }
+    fault::point(fault::Point::kPublishesGroup, job_.rank, creation);
     store_->set(name_key, name);
   } else {
-    std::string name;
-    try {
-      store_->wait({name_key}, timeout);
-      name = store_->get(name_key);
-    } catch (const TimeoutError&) {
-      throw TimeoutError(detail::concat(
-          "init: rank ", global_ranks[0], " (the first rank of group ", key,
-          ") did not arrive within ", timeout.count(), " ms; job '", job_.job_id, "'"));
-    }
+    name = wait_for_control_name(key, global_ranks[0], deadline, timeout, exited);
     if (!name.empty() && name[0] == '!') {
       const size_t colon = name.find(':');
       const std::string message = detail::concat(
@@ -231,22 +240,84 @@ std::unique_ptr<transport::GroupTransport> Rendezvous::connect_group(
       if (name.rfind("!oom:", 0) == 0) throw OutOfMemoryError(message);
       throw RemoteError(message);
     }
-    transport = transport::GroupTransport::open(name, group_rank, group_size);
+    try {
+      transport = transport::GroupTransport::open(name, group_rank, group_size);
+    } catch (const SystemError& error) {
+      if (error.error_code() != ENOENT) throw;
+      // A member that gave up on the group removed the name, and left its reason first.
+      const std::string failed_key = prefix_ + key + "/failed";
+      throw RemoteError(
+          detail::concat("group ", key, " failed before rank ", job_.rank, " joined it: ",
+                         store_->check({failed_key})
+                             ? store_->get(failed_key)
+                             : detail::concat("its control block is gone (", error.what(), ")")));
+    }
   }
-  fault::point(fault::Point::kRendezvous, job_.rank, ++groups_connected_);
-  transport->wait_for_all_attached(deadline, job_oversubscribed,
-                                   static_cast<int>(global_ranks.size()) == job_.world_size);
-  // Every member read the name (it attached): the key goes, or a program that makes groups in a
+  groups_connected_ = creation;
+  fault::point(fault::Point::kRendezvous, job_.rank, creation);
+  try {
+    std::function<std::string(int)> lost;
+    if (exited)
+      lost = [&](int member) { return exited(global_ranks[static_cast<size_t>(member)]); };
+    transport->wait_for_all_attached(deadline, job_oversubscribed,
+                                     static_cast<int>(global_ranks.size()) == job_.world_size,
+                                     lost);
+  } catch (const std::exception& error) {
+    // The group will not come together: its block's name goes now, whichever member sees that
+    // first (its first rank may be the one that exited), and the reason stays for a member that
+    // finds the name gone.
+    try {
+      store_->set(prefix_ + key + "/failed", error.what());
+    } catch (const std::exception&) {
+    }
+    transport::ShmSegment::unlink_name(name);
+    throw;
+  }
+  // Every member read the name (it attached): the keys go, or a program that makes groups in a
   // loop would fill the store (1024 keys in ours) and its next new_group would fail.
   if (group_rank == 0) {
     try {
       store_->delete_key(name_key);
+      if (world != nullptr) store_->delete_key(creating_key);
     } catch (const std::exception& error) {
       SHMCCL_INFO(kColl, "group ", key, ": could not delete store key ", name_key, ": ",
                   error.what());
     }
   }
   return transport;
+}
+
+std::string Rendezvous::wait_for_control_name(const std::string& key, int first_rank,
+                                              std::chrono::steady_clock::time_point deadline,
+                                              std::chrono::milliseconds timeout,
+                                              const std::function<std::string(int)>& exited) {
+  const std::string name_key = prefix_ + key + "/control";
+  // The store knows no processes: a sub-group's member looks at its first rank's process (which
+  // the default group's peer monitor watches) between short waits.
+  constexpr std::chrono::milliseconds kSlice{20};
+  while (true) {
+    const auto left =
+        std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    try {
+      store_->wait({name_key}, exited ? std::clamp(left, std::chrono::milliseconds(1), kSlice)
+                                      : std::max(left, std::chrono::milliseconds(1)));
+      return store_->get(name_key);
+    } catch (const TimeoutError&) {
+      if (!exited || left <= kSlice) {
+        throw TimeoutError(detail::concat("init: rank ", first_rank, " (the first rank of group ",
+                                          key, ") did not arrive within ", timeout.count(),
+                                          " ms; job '", job_.job_id, "'"));
+      }
+    }
+    const std::string why = exited(first_rank);
+    if (why.empty()) continue;
+    // It cannot publish any more: what it published before it exited is all there is.
+    if (store_->check({name_key})) return store_->get(name_key);
+    const std::string creating_key = prefix_ + key + "/creating";
+    if (store_->check({creating_key}))
+      transport::ShmSegment::unlink_name(store_->get(creating_key));
+    throw RemoteError(why + " (its first rank, which makes its control block)");
+  }
 }
 
 void Rendezvous::abandon() {

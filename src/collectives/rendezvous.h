@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,11 +43,13 @@ class Rendezvous {
   const JobInfo& job() const { return job_; }
   // Creates the control block of a group (its first rank) or attaches to it (the others) and
   // waits for every member. `key` names the group within the job (same on every member);
-  // `job_oversubscribed`: the default group's verdict, which a sub-group takes over.
-  std::unique_ptr<transport::GroupTransport> connect_group(const std::string& key,
-                                                           const std::vector<int>& global_ranks,
-                                                           std::chrono::milliseconds timeout,
-                                                           bool job_oversubscribed = false);
+  // `job_oversubscribed`: the default group's verdict, which a sub-group takes over. `world`: a
+  // sub-group's default group, whose peer monitor tells when a member's process exits; the
+  // wait then fails at once naming it, and the block's name goes (else it is the timeout).
+  std::unique_ptr<transport::GroupTransport> connect_group(
+      const std::string& key, const std::vector<int>& global_ranks,
+      std::chrono::milliseconds timeout, bool job_oversubscribed = false,
+      const transport::GroupTransport* world = nullptr);
   // After the default group is complete: removes the store's and the lock's names, so nothing
   // of the job is left in /dev/shm whatever happens next (every member keeps its mapping).
   void world_complete();
@@ -63,6 +66,12 @@ class Rendezvous {
   void claim_rank();
   // With a plugged-in store and no job id: rank 0 draws the namespace, the others read it.
   void agree_on_namespace();
+  // The name of group `key`'s control block, once its first rank published it (or the error it
+  // published instead). `exited(rank)` says why a global rank will never come ("" while it may).
+  std::string wait_for_control_name(const std::string& key, int first_rank,
+                                    std::chrono::steady_clock::time_point deadline,
+                                    std::chrono::milliseconds timeout,
+                                    const std::function<std::string(int)>& exited);
 
   JobInfo job_;
   std::shared_ptr<transport::Store> store_;

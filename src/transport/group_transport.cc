@@ -217,23 +217,32 @@ std::string GroupTransport::departure_message(int rank) const {
 }
 
 void GroupTransport::wait_for_all_attached(Clock::time_point deadline, bool job_oversubscribed,
-                                           bool whole_job) {
+                                           bool whole_job,
+                                           const std::function<std::string(int rank)>& lost) {
   whole_job_ = whole_job;
-  wait_until(
-      [&] {
-        return header_->attached_count.load(std::memory_order_acquire) >=
-               static_cast<uint32_t>(size_);
-      },
-      deadline,
-      [&] {
-        std::string missing;
-        for (int r = 0; r < size_; ++r) {
-          if (slots_[r].attached.load(std::memory_order_acquire) == 0) {
-            missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-          }
-        }
-        return "waiting for ranks " + missing + " to join the group";
-      });
+  auto all_attached = [&] {
+    return header_->attached_count.load(std::memory_order_acquire) >= static_cast<uint32_t>(size_);
+  };
+  std::string lost_rank;  // why a rank that has not attached never will
+  auto lost_one = [&] {
+    for (int r = 0; r < size_ && lost_rank.empty(); ++r) {
+      if (slots_[r].attached.load(std::memory_order_acquire) == 0) lost_rank = lost(r);
+    }
+    return !lost_rank.empty();
+  };
+  if (lost) max_sleep_slice_ = std::chrono::milliseconds(10);
+  wait_until([&] { return all_attached() || (lost && lost_one()); }, deadline,
+             [&] {
+               std::string missing;
+               for (int r = 0; r < size_; ++r) {
+                 if (slots_[r].attached.load(std::memory_order_acquire) == 0) {
+                   missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+                 }
+               }
+               return "waiting for ranks " + missing + " to join the group";
+             });
+  max_sleep_slice_ = std::chrono::seconds(1);
+  if (!all_attached()) throw RemoteError(lost_rank);
   // Every member has it mapped: the name is no longer needed, and without it a crash leaks nothing.
   segment_.unlink();
   for (int r = 0; r < size_; ++r) {
@@ -438,8 +447,8 @@ void GroupTransport::sleep_until(bool (*ready)(void*), void* context, Clock::tim
                                                   .count()));
       }
       if (now < deadline) {
-        // Wake at least every second so a wait survives a lost wakeup from a dying peer.
-        const auto slice = std::min<Clock::duration>(deadline - now, std::chrono::seconds(1));
+        // Wake at least every slice (a second) so a wait survives a lost wakeup from a dying peer.
+        const auto slice = std::min<Clock::duration>(deadline - now, max_sleep_slice_);
         futex_wait(&header_->wake_word, observed, slice);
       }
     }

@@ -51,8 +51,12 @@ class GroupTransport {
   // oversubscribed (so it does when `job_oversubscribed`: the job's other ranks share the cores)
   // and starts watching the peers. `whole_job`: the group's ranks are all of the job's, so its
   // slots show every rank that may share a core with this one (core_mates.h).
+  // `lost(r)`, when given, says why rank r cannot attach any more ("" while it may): a sub-group
+  // knows its members' processes from the default group before they attach, so the wait fails at
+  // once with RemoteError(lost(r)) when a member exits first, instead of at the deadline.
   void wait_for_all_attached(Clock::time_point deadline, bool job_oversubscribed = false,
-                             bool whole_job = true);
+                             bool whole_job = true,
+                             const std::function<std::string(int rank)>& lost = nullptr);
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -254,6 +258,9 @@ class GroupTransport {
   std::function<void(const std::string&)> peer_death_listener_;  // guarded by failure_mutex_
   void (*sleep_listener_)(void*, uint64_t) = nullptr;
   void* sleep_listener_context_ = nullptr;
+  // The longest futex sleep of a wait before it looks again: short while wait_for_all_attached
+  // polls `lost` (no peer monitor wakes it for a process that has not attached).
+  Clock::duration max_sleep_slice_ = std::chrono::seconds(1);
 };
 
 template <typename Ready, typename Describe>
