@@ -28,6 +28,20 @@ namespace fault = collectives::fault;
 constexpr int64_t kTimeoutMs = 60000;
 constexpr double kBoundSeconds = 5.0;
 
+// The victim was killed, every other rank ended well, and nothing is left in /dev/shm.
+void expect_only_the_victim_killed(const std::vector<testing::RankResult>& results, int victim,
+                                   const testing::RunOptions& options) {
+  for (const auto& result : results) {
+    if (result.rank == victim) {
+      EXPECT_EQ(result.signal, SIGKILL) << result.message;
+    } else {
+      EXPECT_TRUE(result.exit_code == 0 && result.signal == 0)
+          << "rank " << result.rank << ": " << result.message;
+    }
+  }
+  EXPECT_TRUE(testing::no_segments_left(options.job_id));
+}
+
 // Kills `victim(world)` at `point` of the first new_group; every other rank's new_group must fail
 // within kBoundSeconds with a RemoteError holding each of `expected(victim)`.
 void expect_new_group_fails(const char* point, int (*victim_of)(int world),
@@ -67,15 +81,7 @@ void expect_new_group_fails(const char* point, int (*victim_of)(int world),
           std::fflush(stdout);
         },
         options);
-    for (const auto& result : results) {
-      if (result.rank == victim) {
-        EXPECT_EQ(result.signal, SIGKILL) << result.message;
-      } else {
-        EXPECT_TRUE(result.exit_code == 0 && result.signal == 0)
-            << world << " ranks, rank " << result.rank << ": " << result.message;
-      }
-    }
-    EXPECT_TRUE(testing::no_segments_left(options.job_id)) << world << " ranks";
+    expect_only_the_victim_killed(results, victim, options);
   }
 }
 
@@ -138,15 +144,7 @@ TEST(GroupCreationTest, AMemberThatDiesAfterJoiningFailsTheFirstCollective) {
                   text);
         },
         options);
-    for (const auto& result : results) {
-      if (result.rank == victim) {
-        EXPECT_EQ(result.signal, SIGKILL) << result.message;
-      } else {
-        EXPECT_TRUE(result.exit_code == 0 && result.signal == 0)
-            << world << " ranks, rank " << result.rank << ": " << result.message;
-      }
-    }
-    EXPECT_TRUE(testing::no_segments_left(options.job_id)) << world << " ranks";
+    expect_only_the_victim_killed(results, victim, options);
   }
 }
 
