@@ -45,9 +45,14 @@ int first_env_int(std::initializer_list<const char*> names) {
   return -1;
 }
 
-// Counts init_process_group calls of this process: all ranks call it equally often, so the
-// count names one "generation" of groups in the job's store.
-int g_generation = 0;
+// The init_process_group calls of this process, and those that succeeded: every rank of a job
+// makes its default groups together, so a count names one "generation" of groups in the job's
+// store. A store that outlives a failed attempt (a plugged-in one, or shmrun's) keeps that
+// attempt's keys, so each attempt takes a new generation there. The job's own store is removed
+// after a failed attempt and made afresh: there a retry takes the same generation as the failed
+// attempt, so it meets the ranks that were late for it.
+int g_inits = 0;
+int g_completed_inits = 0;
 
 }  // namespace
 
@@ -105,17 +110,18 @@ JobInfo resolve_job(const InitOptions& options) {
 }
 
 Rendezvous::Rendezvous(JobInfo job) : job_(std::move(job)) {
+  ++g_inits;
+  const bool store_outlives_attempt = job_.store != nullptr || job_.launcher_owns_namespace;
+  prefix_ = "g" + std::to_string(store_outlives_attempt ? g_inits : g_completed_inits + 1) + "/";
   try {
     if (job_.store != nullptr) {
       store_ = job_.store;
-      prefix_ = "g" + std::to_string(++g_generation) + "/";
       claim_rank();
       if (job_.ns.empty()) agree_on_namespace();
       open_lock();
     } else {
       open_lock();
       store_ = transport::ShmStore::open_or_create(job_.ns, job_.timeout);
-      prefix_ = "g" + std::to_string(++g_generation) + "/";
       claim_rank();
     }
   } catch (...) {
@@ -327,6 +333,7 @@ void Rendezvous::abandon() {
 }
 
 void Rendezvous::world_complete() {
+  ++g_completed_inits;
   // Every rank attached to the default group's control block, so every rank has the store mapped
   // and the lock open: the names can go now. Every rank removes them (whichever comes first), so
   // a rank that dies right after attaching leaks nothing; each removal checks that the name still

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <stdlib.h>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -129,6 +130,24 @@ class DirectoryStore final : public Store {
 
   std::string directory_;
   std::atomic<int> calls_{0};
+};
+
+// A fresh directory for one job's store, removed with everything in it.
+class StoreDirectory {
+ public:
+  StoreDirectory() {
+    char pattern[] = "/tmp/shmccl-store-XXXXXX";
+    const char* made = ::mkdtemp(pattern);
+    if (made == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = made;
+  }
+  ~StoreDirectory() { std::filesystem::remove_all(path_); }
+  StoreDirectory(const StoreDirectory&) = delete;
+  StoreDirectory& operator=(const StoreDirectory&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
 };
 
 }  // namespace shmccl::testing

@@ -22,25 +22,8 @@ namespace {
 
 using testing::DirectoryStore;
 using testing::require;
+using testing::StoreDirectory;
 using testing::str;
-
-// A fresh directory for one job's store, removed with everything in it.
-class StoreDirectory {
- public:
-  StoreDirectory() {
-    char pattern[] = "/tmp/shmccl-store-XXXXXX";
-    const char* made = ::mkdtemp(pattern);
-    if (made == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = made;
-  }
-  ~StoreDirectory() { std::filesystem::remove_all(path_); }
-  StoreDirectory(const StoreDirectory&) = delete;
-  StoreDirectory& operator=(const StoreDirectory&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // Nothing in the environment names the job: only the store can bring the ranks together.
 void forget_the_job_environment() {
