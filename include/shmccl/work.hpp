@@ -35,11 +35,12 @@ class Work {
   bool is_success() const;
   // The error it finished with, or nullptr.
   std::exception_ptr exception() const;
-  // Blocks until it finished. Returns true; rethrows its error (a shmccl::Error). With a timeout,
-  // returns false if it has not finished by then (the collective goes on; its own timeout and
-  // peer checks still bound it). Without one, a collective that has not started yet runs on the
-  // calling thread (it is next in its stream's order): waiting at once costs what a synchronous
-  // call does, not two thread hand-offs.
+  // Blocks until it finished. Returns true; rethrows its error (a shmccl::Error). With a timeout
+  // (>= 0; a negative one, kNoTimeout, is none; a huge one, milliseconds::max(), waits as long
+  // as it takes), returns false if it has not finished by then (the collective goes on; its own
+  // timeout and peer checks bound it once it started). Without one, a collective that has not
+  // started yet runs on the calling thread (it is next in its stream's order): waiting at once
+  // costs what a synchronous call does, not two thread hand-offs.
   bool wait(std::chrono::milliseconds timeout = kNoTimeout);
   // Orders the calling thread's current NPU stream after the collective (no host block): work
   // queued there afterwards starts once the collective is done. Errors surface at that stream's
@@ -57,7 +58,8 @@ class Work {
   // For work that runs as a task of a device stream (runs_on_stream): synchronize() then orders
   // the caller's stream after it, and wait(), is_completed() and synchronize() call help() while
   // it is not completed.
-  Work(std::string description, uint64_t sequence, bool runs_on_stream);
+  // `device`: see device_.
+  Work(std::string description, uint64_t sequence, bool runs_on_stream, int device = -1);
   // help(true) runs the work on the calling thread if no one has started it yet; help(false)
   // makes its stream's thread start it now. Does nothing here.
   virtual void help(bool run_here) const;
@@ -66,6 +68,9 @@ class Work {
   const std::string description_;
   const uint64_t sequence_;
   const bool runs_on_stream_ = false;
+  // The NPU device whose current stream synchronize() orders (the collective's tensors'); -1:
+  // the calling thread's current device.
+  const int device_ = -1;
   mutable std::mutex mutex_;
   std::condition_variable completed_cv_;
   // Set once, by finish() under mutex_ (for completed_cv_'s waiters), with a release store after

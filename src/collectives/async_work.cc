@@ -7,8 +7,8 @@
 
 namespace shmccl::collectives {
 
-AsyncWork::AsyncWork(detail::GroupState& state, const OpPlan& plan)
-    : Work(plan.name, plan.sequence, /*runs_on_stream=*/true), state_(state) {
+AsyncWork::AsyncWork(detail::GroupState& state, const OpPlan& plan, int device)
+    : Work(plan.name, plan.sequence, /*runs_on_stream=*/true, device), state_(state) {
   plan_.copy_owning(plan, tensors_);
 }
 

@@ -23,7 +23,9 @@ namespace shmccl::collectives {
 class AsyncWork final : public Work {
  public:
   // A copy of `plan` that owns its tensors, to run on `state`'s communication stream.
-  AsyncWork(detail::GroupState& state, const OpPlan& plan);
+  // `device`: the NPU device whose current stream synchronize() orders (-1: the caller's current
+  // device).
+  AsyncWork(detail::GroupState& state, const OpPlan& plan, int device);
 
   // Queues the collective on `stream` (the group's communication stream) after what is queued
   // there. Call once, before the handle is handed out.

@@ -19,6 +19,7 @@
 #include "collectives/work_stripes.h"
 #include "core/check.h"
 #include "core/config.h"
+#include "core/deadline.h"
 #include "core/logging.h"
 #include "core/memory_order.h"
 #include "core/prefetch.h"
@@ -503,7 +504,7 @@ void wait_for_peers_in_zero_copy(detail::GroupState& state, uint64_t sequence) {
   SHMCCL_INFO(kColl, "group ", state.comm_name(), ": collective ", sequence, " failed while ranks ",
               ranks, " were in its tensors; waiting for them to leave");
   fault::point(fault::Point::kAwaitsPeers, global_rank(state), sequence);
-  const auto deadline = std::chrono::steady_clock::now() + state.timeout();
+  const auto deadline = detail::deadline_after(state.timeout());
   for (int i = 0;; ++i) {
     // Yield first (the peers are likely in the middle of a chunk), then sleep a millisecond at
     // a time on the wake word, which a departure bumps.

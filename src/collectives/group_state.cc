@@ -6,6 +6,7 @@
 
 #include "collectives/host_staging.h"
 #include "core/check.h"
+#include "core/deadline.h"
 #include "device/device_context.h"
 #include "shmccl/npu.hpp"
 
@@ -79,7 +80,7 @@ npu::detail::StreamImpl& GroupState::comm_stream() {
     return *ready;
   }
   std::call_once(comm_stream_once_, [&] {
-    comm_stream_ = device::new_stream(npu::current_device());
+    comm_stream_ = device::new_shared_stream(npu::current_device());
     comm_stream_ready_.store(comm_stream_.get(), std::memory_order_release);
   });
   return *comm_stream_;
@@ -89,7 +90,7 @@ void GroupState::wait_for_turn_slowly(uint64_t sequence) {
   // Another thread's call is before this one; it may wait for peers up to its own timeout. Yield
   // at first (it is usually short), then sleep a little at a time.
   const auto started = std::chrono::steady_clock::now();
-  const auto deadline = started + 2 * timeout();
+  const auto deadline = deadline_after(saturating_multiply(timeout(), int64_t{2}), started);
   for (int round = 0; turn_.load(std::memory_order_acquire) + 1 != sequence; ++round) {
     check_not_failed();  // a call before this one failed the group: no turn will come
     if (round < 100) {
@@ -104,7 +105,7 @@ void GroupState::wait_for_turn_slowly(uint64_t sequence) {
           " ms for its turn: this rank's collective ", turn_.load(std::memory_order_acquire) + 1,
           ", called by another thread, has not been run or queued");
       // This rank never arrives at this call: its peers must not wait for it.
-      if (mark_failed(message)) transport_->depart(sequence);
+      fail_before_arrival(sequence, message);
       throw TimeoutError(message);
     }
     std::this_thread::sleep_for(std::chrono::microseconds(round < 1000 ? 10 : 200));

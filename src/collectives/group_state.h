@@ -90,6 +90,11 @@ class GroupState {
   // A failed group stays failed (its ranks may disagree on where the work pool stands): every
   // later collective throws the first failure. True when this was the first failure.
   bool mark_failed(const std::string& message);
+  // Call `sequence` failed on this rank before it arrived (after it took its number): the group
+  // fails, and this rank departs at that call, so its peers' waits for it fail at once.
+  void fail_before_arrival(uint64_t sequence, const std::string& message) {
+    if (mark_failed(message)) transport_->depart(sequence);
+  }
   void check_not_failed() const;
   bool failed() const { return failed_.load(std::memory_order_acquire); }
 

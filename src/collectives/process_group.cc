@@ -112,22 +112,6 @@ int ordering_device(const OpPlan& plan) {
 // runs as a task of that very stream, which could not wait for itself).
 enum class Ordering { kCallerStream, kNone };
 
-// Queues asynchronous collective `plan` on the group's stream.
-std::shared_ptr<Work> enqueue(detail::GroupState& state, const OpPlan& plan, int device,
-                              Ordering ordering) {
-  auto work = std::make_shared<collectives::AsyncWork>(state, plan);
-  npu::detail::StreamImpl& comm = state.comm_stream();
-  // An idle caller's stream has nothing to order after (the common case: no event to make).
-  if (device >= 0 && ordering == Ordering::kCallerStream &&
-      !device::current_stream_impl(device).idle()) {
-    npu::Event ready;
-    ready.record(npu::current_stream(device));
-    comm.wait(ready.state());
-  }
-  collectives::AsyncWork::enqueue_on(comm, work);
-  return work;
-}
-
 // A call's turn among the group's calls (GroupState::wait_for_turn), handed on when it has run
 // or been queued, or has failed.
 class Turn {
@@ -135,14 +119,46 @@ class Turn {
   Turn(detail::GroupState& state, uint64_t sequence) : state_(state), sequence_(sequence) {
     state.wait_for_turn(sequence);
   }
-  ~Turn() { state_.end_turn(sequence_); }
+  ~Turn() { end(); }
+  void end() {
+    if (!ended_) state_.end_turn(sequence_);
+    ended_ = true;
+  }
   Turn(const Turn&) = delete;
   Turn& operator=(const Turn&) = delete;
 
  private:
   detail::GroupState& state_;
   const uint64_t sequence_;
+  bool ended_ = false;
 };
+
+// Queues collective `plan` on the group's stream, after the work queued so far on `caller` (when
+// given); `device` is the one whose stream its Work's synchronize() orders. The call has its number
+// and its turn; a failure here fails the group (its peers wait for this rank at that number).
+std::shared_ptr<collectives::AsyncWork> enqueue(detail::GroupState& state, const OpPlan& plan,
+                                                int device, npu::detail::StreamImpl& comm,
+                                                npu::detail::StreamImpl* caller) {
+  collectives::TraceRing* const trace = plan.async_op ? state.trace() : nullptr;
+  // An asynchronous call is recorded now (a synchronous one as it arrives, in the executor).
+  if (trace != nullptr) trace->scheduled(plan, true);
+  try {
+    auto work = std::make_shared<collectives::AsyncWork>(state, plan, device);
+    if (caller != nullptr) {
+      auto ready = std::make_shared<npu::detail::EventState>();
+      caller->record(ready);
+      comm.wait(ready);
+    }
+    collectives::AsyncWork::enqueue_on(comm, work);
+    return work;
+  } catch (const std::exception& error) {
+    if (trace != nullptr) trace->finished(plan.sequence, false, true);
+    state.fail_before_arrival(plan.sequence,
+                              detail::concat("collective ", plan.sequence, " (", plan.name,
+                                             ") could not be queued: ", error.what()));
+    throw;
+  }
+}
 
 std::shared_ptr<Work> submit(detail::GroupState& state, OpPlan& plan, bool async_op,
                              Ordering ordering = Ordering::kCallerStream) {
@@ -151,46 +167,35 @@ std::shared_ptr<Work> submit(detail::GroupState& state, OpPlan& plan, bool async
   for (const Tensor& output : plan.outputs())
     if (output.defined()) output.storage()->bump_version();
   plan.async_op = async_op;
-  const int device = ordering_device(plan);
-  if (!async_op) {
-    // The sequence number is taken as the collective starts: a call that fails before (a stream
-    // used across fork()) leaves no number behind that never ran, which the flight recorder's
-    // runs would claim as completed (flight_recorder.h). It is recorded once it has arrived.
-    // After the work already queued on the caller's stream, and, once its turn has come (the
-    // calls of other threads before it handed on), after the collectives still queued on the
-    // group's stream; inline when both are idle (no thread hand-off).
-    auto start = [&] {
-      plan.sequence = state.next_sequence();
-      Turn turn(state, plan.sequence);
-      SHMCCL_TRACE(kColl, plan.name, " sequence ", plan.sequence, " on ", state.comm_name());
-      if (state.has_comm_stream() && !state.comm_stream().idle()) state.comm_stream().synchronize();
-      collectives::execute(state, plan);
-    };
-    npu::detail::StreamImpl* caller = device >= 0 ? &device::current_stream_impl(device) : nullptr;
-    // An idle caller's stream has nothing to order the call after: it runs here without taking
-    // the stream's ticket (run_sync's compare-and-swap and sequentially consistent store: two
-    // locked instructions, 4-5 ns each on this machine's cores). Work that other threads queue on
-    // that stream while this thread waits in the call is concurrent with it, so its order
-    // against the call was never defined; it may then run beside the collective.
-    if (caller == nullptr || caller->idle()) {
-      start();
-    } else {
-      caller->run_sync(start);
-    }
-    return detail::completed_work();
-  }
+  // What can fail is done before the call takes its number, which its peers would wait for: a
+  // stream used across fork() is an error here (idle() checks), and the group's stream starts.
+  const int device = ordering == Ordering::kCallerStream ? ordering_device(plan) : -1;
+  npu::detail::StreamImpl* caller = device >= 0 ? &device::current_stream_impl(device) : nullptr;
+  // A caller inside a task of its own stream is already in stream order.
+  if (caller != nullptr && (caller->runs_here() || caller->idle())) caller = nullptr;
+  npu::detail::StreamImpl* comm =
+      async_op || caller != nullptr || state.has_comm_stream() ? &state.comm_stream() : nullptr;
   plan.sequence = state.next_sequence();
   Turn turn(state, plan.sequence);
   SHMCCL_TRACE(kColl, plan.name, " sequence ", plan.sequence, " on ", state.comm_name());
-  // An asynchronous call is recorded now (and marked failed if it cannot be queued).
-  collectives::TraceRing* const trace = state.trace();
-  if (trace != nullptr) trace->scheduled(plan, true);
-  try {
-    return enqueue(state, plan, device, ordering);
-  } catch (...) {
-    if (trace != nullptr) trace->finished(plan.sequence, false, true);
-    throw;
+  if (async_op) return enqueue(state, plan, device, *comm, caller);
+  // Synchronous. Inline when nothing is queued before it (no thread hand-off), on the caller's
+  // stream or the group's (calls of other threads before it have handed on by now). Work that
+  // other threads queue on the caller's stream while this thread runs the call is concurrent
+  // with it: its order against the call was never defined.
+  if (caller == nullptr && (comm == nullptr || comm->idle())) {
+    collectives::execute(state, plan);
+    return detail::completed_work();
   }
+  // Else it joins the group's stream behind what is queued there (and after the caller's stream),
+  // with its number taken now, in call order: a number taken when the caller's stream came to it
+  // could go to a later call of another thread, which would then wait for it on the group's
+  // stream while it waited for that call. This thread waits, and runs it (and what is before it
+  // on the group's stream) itself when no worker has started it.
+  std::shared_ptr<collectives::AsyncWork> work = enqueue(state, plan, device, *comm, caller);
+  turn.end();
+  work->wait();
+  return detail::completed_work();
 }
 
 }  // namespace
@@ -253,6 +258,9 @@ std::chrono::milliseconds ProcessGroup::timeout() const {
   return state_->timeout();
 }
 void ProcessGroup::set_timeout(std::chrono::milliseconds timeout) {
+  SHMCCL_CHECK_ARG(timeout.count() > 0,
+                   "ProcessGroup::set_timeout: the timeout must be > 0 ms, got ", timeout.count(),
+                   " ms");
   state_->set_timeout(timeout);
 }
 

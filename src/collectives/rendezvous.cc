@@ -14,6 +14,7 @@
 #include "collectives/fault_injection.h"
 #include "core/check.h"
 #include "core/config.h"
+#include "core/deadline.h"
 #include "core/logging.h"
 #include "transport/segment_names.h"
 #include "transport/shm_segment.h"
@@ -198,7 +199,7 @@ Rendezvous::~Rendezvous() {
 std::unique_ptr<transport::GroupTransport> Rendezvous::connect_group(
     const std::string& key, const std::vector<int>& global_ranks, std::chrono::milliseconds timeout,
     bool job_oversubscribed, const transport::GroupTransport* world) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = detail::deadline_after(timeout);
   const auto position = std::find(global_ranks.begin(), global_ranks.end(), job_.rank);
   SHMCCL_CHECK(position != global_ranks.end(), "rank ", job_.rank, " is not in group ", key);
   const int group_rank = static_cast<int>(position - global_ranks.begin());

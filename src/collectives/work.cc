@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "core/check.h"
+#include "core/deadline.h"
 #include "device/stream_impl.h"
 
 namespace shmccl {
@@ -11,8 +12,11 @@ namespace shmccl {
 Work::Work(std::string description, uint64_t sequence)
     : description_(std::move(description)), sequence_(sequence) {}
 
-Work::Work(std::string description, uint64_t sequence, bool runs_on_stream)
-    : description_(std::move(description)), sequence_(sequence), runs_on_stream_(runs_on_stream) {}
+Work::Work(std::string description, uint64_t sequence, bool runs_on_stream, int device)
+    : description_(std::move(description)),
+      sequence_(sequence),
+      runs_on_stream_(runs_on_stream),
+      device_(device) {}
 
 void Work::help(bool /*run_here*/) const {}
 
@@ -43,7 +47,7 @@ bool Work::wait(std::chrono::milliseconds timeout) {
     const auto done = [&] { return completed_.load(std::memory_order_relaxed); };
     if (timeout.count() < 0) {
       completed_cv_.wait(lock, done);
-    } else if (!completed_cv_.wait_for(lock, timeout, done)) {
+    } else if (!completed_cv_.wait_until(lock, detail::deadline_after(timeout), done)) {
       return false;
     }
   }
@@ -56,7 +60,8 @@ void Work::synchronize() {
     wait();  // host-side work: waiting on the host is the only ordering there is
     return;
   }
-  npu::detail::StreamImpl& stream = *npu::current_stream(npu::current_device()).impl();
+  npu::detail::StreamImpl& stream =
+      *npu::current_stream(device_ >= 0 ? device_ : npu::current_device()).impl();
   std::shared_ptr<npu::detail::EventState> event;
   uint64_t generation = 0;
   {

@@ -36,6 +36,10 @@ struct DeviceState {
 struct ProcessState {
   std::array<DeviceState, kMaxDevices> devices;
   std::atomic<uint64_t> next_stream_id{1};
+  // Streams whose work may touch any device (new_shared_stream): every device's synchronize
+  // waits for them.
+  std::mutex shared_streams_mutex;
+  std::vector<std::weak_ptr<npu::detail::StreamImpl>> shared_streams;
 };
 
 std::atomic<ProcessState*> g_state{nullptr};
@@ -140,6 +144,17 @@ std::shared_ptr<npu::detail::StreamImpl> new_stream(int device) {
   std::lock_guard<std::mutex> lock(entry.streams_mutex);
   std::erase_if(entry.streams, [](const auto& weak) { return weak.expired(); });
   entry.streams.push_back(stream);
+  return stream;
+}
+
+std::shared_ptr<npu::detail::StreamImpl> new_shared_stream(int device) {
+  const int resolved = resolve_device(device);
+  ProcessState& state = process_state();
+  auto stream = std::make_shared<npu::detail::StreamImpl>(
+      resolved, state.next_stream_id.fetch_add(1, std::memory_order_relaxed));
+  std::lock_guard<std::mutex> lock(state.shared_streams_mutex);
+  std::erase_if(state.shared_streams, [](const auto& weak) { return weak.expired(); });
+  state.shared_streams.push_back(stream);
   return stream;
 }
 
@@ -263,6 +278,13 @@ void synchronize(int device) {
   {
     std::lock_guard<std::mutex> lock(entry.streams_mutex);
     for (const auto& weak : entry.streams) {
+      if (auto stream = weak.lock()) streams.push_back(std::move(stream));
+    }
+  }
+  {
+    device::ProcessState& state = device::process_state();
+    std::lock_guard<std::mutex> lock(state.shared_streams_mutex);
+    for (const auto& weak : state.shared_streams) {
       if (auto stream = weak.lock()) streams.push_back(std::move(stream));
     }
   }

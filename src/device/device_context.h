@@ -19,6 +19,11 @@ int resolve_device(int device);
 // A new stream on `device` (-1: current) with a process-unique id.
 std::shared_ptr<npu::detail::StreamImpl> new_stream(int device);
 
+// A new stream whose work may touch any device (a process group's communication stream: its
+// collectives run on the devices of their tensors): npu::synchronize of every device waits for
+// it. `device` (-1: current) is the one it reports.
+std::shared_ptr<npu::detail::StreamImpl> new_shared_stream(int device);
+
 // The calling thread's current stream of `device` (-1: current), without copying a handle.
 npu::detail::StreamImpl& current_stream_impl(int device);
 

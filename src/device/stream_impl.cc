@@ -449,6 +449,10 @@ void StreamImpl::run_sync(const std::function<void()>& task) {
   if (error) std::rethrow_exception(error);
 }
 
+bool StreamImpl::runs_here() const {
+  return running_stream_slot() == state_.get();
+}
+
 bool StreamImpl::idle() const {
   check_usable();
   // Without the mutex: a thread sees its own enqueues, and a completion it sees happened-before

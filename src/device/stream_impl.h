@@ -108,6 +108,9 @@ class StreamImpl {
   bool worker_polls() const;
   // True when nothing is queued or running. Never waits for work.
   bool idle() const;
+  // True on a thread that runs one of this stream's tasks (its worker, a helper, run_sync inline):
+  // what it calls is already in stream order.
+  bool runs_here() const;
   // Tasks accepted but not finished: queued, running on the worker or running inline.
   uint64_t pending() const;
   // Waits until everything queued so far has run; rethrows (and clears) the stored error.

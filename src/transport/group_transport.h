@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "core/deadline.h"
 #include "core/memory_order.h"
 #include "transport/asymmetric_fence.h"
 #include "transport/control_block.h"
@@ -277,7 +278,7 @@ template <typename Ready, typename Describe>
 void GroupTransport::wait_until(Ready&& ready, std::chrono::milliseconds timeout,
                                 Describe&& describe, uint64_t shared_wait) {
   if (!spin(ready)) [[unlikely]]
-    sleep_until_ready(ready, Clock::now() + timeout, describe, shared_wait);
+    sleep_until_ready(ready, detail::deadline_after(timeout), describe, shared_wait);
   detail::acquire_from_peers();
 }
 

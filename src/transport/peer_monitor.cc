@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/deadline.h"
 #include "core/file_descriptor.h"
 #include "core/logging.h"
 #include "core/peer_process.h"
@@ -288,7 +289,7 @@ bool PeerMonitor::is_alive(pid_t pid) {
 
 bool PeerMonitor::wait_for_exit(pid_t pid, std::chrono::milliseconds timeout) {
   SHMCCL_CHECK_ARG(pid > 0, "PeerMonitor::wait_for_exit: pid must be > 0, got ", pid);
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = shmccl::detail::deadline_after(timeout);
   FileDescriptor pidfd = detail::open_pidfd(pid);
   if (!pidfd.valid()) {
     if (!detail::pidfds_refused(errno)) return errno == ESRCH;
