@@ -172,7 +172,7 @@ std::shared_ptr<Work> submit(detail::GroupState& state, OpPlan& plan, bool async
   const int device = ordering == Ordering::kCallerStream ? ordering_device(plan) : -1;
   npu::detail::StreamImpl* caller = device >= 0 ? &device::current_stream_impl(device) : nullptr;
   // A caller inside a task of its own stream is already in stream order.
-  if (caller != nullptr && (caller->runs_here() || caller->idle())) caller = nullptr;
+  if (caller != nullptr && (caller->idle() || caller->runs_here())) caller = nullptr;
   npu::detail::StreamImpl* comm =
       async_op || caller != nullptr || state.has_comm_stream() ? &state.comm_stream() : nullptr;
   plan.sequence = state.next_sequence();
