@@ -50,7 +50,7 @@ std::string describe(const shmccl::Tensor& y) {
     text += (d ? ", " : "") + std::to_string(y.sizes()[d]);
   }
   return text + "] " + shmccl::dtype_name(y.dtype()) +
-         ", y[0][0] = " + std::to_string(y.cpu().to(shmccl::kFloat64).to_vector<double>()[0]);
+         ", first element " + std::to_string(y.cpu().to(shmccl::kFloat64).to_vector<double>()[0]);
 }
 
 }  // namespace

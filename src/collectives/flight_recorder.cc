@@ -492,10 +492,11 @@ std::vector<std::string> FlightRecorder::format_lines(const std::string& reason,
   char host[64] = "?";
   gethostname(host, sizeof(host) - 1);
   std::vector<std::string> out;
-  out.push_back(detail::concat(
-      "shmccl flight recorder: rank ", log::rank(), ", pid ", getpid(), ", host ", host, ", ",
-      format_wall(clock.wall_ns(now)), ": ", reason, "; ", lines.size(),
-      " collectives, oldest first (SHMCCL_TRACE_BUFFER_SIZE=", capacity_, " per group)"));
+  out.push_back(
+      detail::concat("shmccl flight recorder: rank ", log::rank(), ", pid ", getpid(), ", host ",
+                     host, ", ", format_wall(clock.wall_ns(now)), ": ", reason, "; ", lines.size(),
+                     " collectives, oldest first (the last ", capacity_,
+                     " of each group: SHMCCL_TRACE_BUFFER_SIZE, rounded up to a power of two)"));
   if (completed != nullptr) completed->assign(1, false);
   for (Line& line : lines) {
     out.push_back(std::move(line.text));

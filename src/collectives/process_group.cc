@@ -67,18 +67,20 @@ void check_same_type(const Tensor& output, const Tensor& input) {
 }
 
 // Fills plan.splits from the user's split sizes, or evenly, with torch_npu's error texts.
-void set_splits(OpPlan& plan, const std::vector<int64_t>& split_sizes, int64_t dim0, int size) {
+// `tensor` names the tensor whose dim 0 is split ("output" or "input").
+void set_splits(OpPlan& plan, const std::vector<int64_t>& split_sizes, const char* tensor,
+                int64_t dim0, int size) {
   plan.num_splits = size;
   if (split_sizes.empty()) {
-    SHMCCL_CHECK_ARG(dim0 % size == 0,
-                     "Tensor's dim 0 does not divide equally across group size (dim 0 is ", dim0,
-                     ", group size ", size, ")");
+    SHMCCL_CHECK_ARG(dim0 % size == 0, plan.name,
+                     ": Tensor's dim 0 does not divide equally across group size (", tensor,
+                     " dim 0 is ", dim0, ", group size ", size, ")");
     for (int r = 0; r < size; ++r)
       plan.splits[static_cast<size_t>(r)] = dim0 / size;
     return;
   }
-  SHMCCL_CHECK_ARG(static_cast<int>(split_sizes.size()) == size,
-                   "Number of tensor splits not equal to group size (", split_sizes.size(),
+  SHMCCL_CHECK_ARG(static_cast<int>(split_sizes.size()) == size, plan.name,
+                   ": Number of tensor splits not equal to group size (", split_sizes.size(),
                    " splits, group size ", size, ")");
   int64_t total = 0;
   for (int r = 0; r < size; ++r) {
@@ -87,8 +89,9 @@ void set_splits(OpPlan& plan, const std::vector<int64_t>& split_sizes, int64_t d
     plan.splits[static_cast<size_t>(r)] = split_sizes[static_cast<size_t>(r)];
     total += split_sizes[static_cast<size_t>(r)];
   }
-  SHMCCL_CHECK_ARG(total == dim0, "Split sizes doesn't match total dim 0 size (split sizes ",
-                   split_sizes, " sum to ", total, ", dim 0 is ", dim0, ")");
+  SHMCCL_CHECK_ARG(total == dim0, plan.name,
+                   ": Split sizes doesn't match total dim 0 size (split sizes ", split_sizes,
+                   " sum to ", total, ", ", tensor, " dim 0 is ", dim0, ")");
 }
 
 int ordering_device(const OpPlan& plan) {
@@ -283,7 +286,7 @@ std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor_uneven(
   SHMCCL_CHECK_ARG(same_trailing(input.sizes(), output.sizes()), plan.name, ": input shape ",
                    input.sizes(), " and output shape ", output.sizes(),
                    " must agree in every dimension but dim 0");
-  set_splits(plan, output_split_sizes, output.size(0), size());
+  set_splits(plan, output_split_sizes, "output", output.size(0), size());
   const int64_t mine = plan.splits[static_cast<size_t>(rank())];
   SHMCCL_CHECK_ARG(
       input.size(0) == mine, plan.name, ": rank ", rank(), "'s input has ", input.size(0),
@@ -309,7 +312,7 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor_uneven(
   SHMCCL_CHECK_ARG(same_trailing(input.sizes(), output.sizes()), plan.name, ": input shape ",
                    input.sizes(), " and output shape ", output.sizes(),
                    " must agree in every dimension but dim 0");
-  set_splits(plan, input_split_sizes, input.size(0), size());
+  set_splits(plan, input_split_sizes, "input", input.size(0), size());
   const int64_t mine = plan.splits[static_cast<size_t>(rank())];
   SHMCCL_CHECK_ARG(output.size(0) == mine, plan.name, ": rank ", rank(), "'s output has ",
                    output.size(0), " rows but its split size is ", mine);

@@ -3,8 +3,12 @@
 
 namespace shmccl {
 
+#define SHMCCL_STRINGIFY_(x) #x
+#define SHMCCL_STRINGIFY(x) SHMCCL_STRINGIFY_(x)
+
 const char* version() noexcept {
-  return "0.1.0";
+  return SHMCCL_STRINGIFY(SHMCCL_VERSION_MAJOR) "." SHMCCL_STRINGIFY(
+      SHMCCL_VERSION_MINOR) "." SHMCCL_STRINGIFY(SHMCCL_VERSION_PATCH);
 }
 
 }  // namespace shmccl

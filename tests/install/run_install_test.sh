@@ -35,16 +35,30 @@ case "$sanitize" in
   thread) flags="-fsanitize=thread" ;;
 esac
 
-# 1. find_package(shmccl)
-cmake -S "$consumer" -B "$work/cmake-build" -DCMAKE_PREFIX_PATH="$prefix" \
+# 1. find_package(shmccl), libshmccl.so, on a machine without shmccl's own dependencies'
+# packages: oneDNN, OpenMP, pkg-config and libnuma's and liburing's .pc files are all hidden.
+PKG_CONFIG_LIBDIR="$prefix/lib/pkgconfig" \
+  cmake -S "$consumer" -B "$work/cmake-build" -DCMAKE_PREFIX_PATH="$prefix" \
+      -DCMAKE_DISABLE_FIND_PACKAGE_dnnl=TRUE -DCMAKE_DISABLE_FIND_PACKAGE_OpenMP=TRUE \
+      -DCMAKE_DISABLE_FIND_PACKAGE_PkgConfig=TRUE \
       -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="$flags" >/dev/null
 cmake --build "$work/cmake-build" >/dev/null
 LD_LIBRARY_PATH="$prefix/lib" "$work/cmake-build/consumer"
 
-# 2. pkg-config
-PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --exists shmccl
-g++ $flags $(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags shmccl) \
-    "$consumer/main.cc" -o "$work/pkg-consumer" \
-    $(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --libs shmccl)
+# 2. find_package(shmccl COMPONENTS static), libshmccl.a, where its dependencies are installed.
+cmake -S "$consumer" -B "$work/cmake-build-static" -DCMAKE_PREFIX_PATH="$prefix" \
+      -DCONSUMER_STATIC=ON -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="$flags" >/dev/null
+cmake --build "$work/cmake-build-static" >/dev/null
+if readelf -d "$work/cmake-build-static/consumer" | grep -q 'libshmccl\.so'; then
+  echo "the static consumer links libshmccl.so" >&2
+  exit 1
+fi
+"$work/cmake-build-static/consumer"
+
+# 3. pkg-config, with only shmccl's .pc file to be found.
+export PKG_CONFIG_LIBDIR="$prefix/lib/pkgconfig"
+pkg-config --exists shmccl
+g++ $flags $(pkg-config --cflags shmccl) "$consumer/main.cc" -o "$work/pkg-consumer" \
+    $(pkg-config --libs shmccl)
 LD_LIBRARY_PATH="$prefix/lib" "$work/pkg-consumer"
 echo "install test passed"
