@@ -16,6 +16,7 @@
 #include "core/config.h"
 #include "core/deadline.h"
 #include "core/logging.h"
+#include "transport/peer_monitor.h"
 #include "transport/segment_names.h"
 #include "transport/shm_segment.h"
 #include "transport/shm_store.h"
@@ -162,6 +163,20 @@ void Rendezvous::open_lock() {
   }
 }
 
+pid_t Rendezvous::claimed_pid(int rank) {
+  pid_t& known = claimed_pids_[static_cast<size_t>(rank)];
+  if (known > 0) return known;
+  const std::string key = prefix_ + "pid/" + std::to_string(rank);
+  if (!store_->check({key})) return 0;
+  // Another program's store may hold anything: only a positive pid counts.
+  const std::string value = store_->get(key);
+  char* end = nullptr;
+  const long pid = std::strtol(value.c_str(), &end, 10);
+  if (end == value.c_str() || *end != '\0' || pid <= 0 || pid > (1L << 30)) return 0;
+  known = static_cast<pid_t>(pid);
+  return known;
+}
+
 void Rendezvous::claim_rank() {
   const int64_t claims = store_->add(prefix_ + "rank/" + std::to_string(job_.rank), 1);
   if (claims != 1) {
@@ -170,6 +185,9 @@ void Rendezvous::claim_rank() {
                                          "' is already taken by another process: give each "
                                          "process its own RANK"));
   }
+  // For the others' waits: a rank that exits before it joins is named at once, not at the
+  // timeout.
+  store_->set(prefix_ + "pid/" + std::to_string(job_.rank), std::to_string(::getpid()));
 }
 
 void Rendezvous::agree_on_namespace() {
@@ -213,6 +231,21 @@ std::unique_ptr<transport::GroupTransport> Rendezvous::connect_group(
       return detail::concat("rank ", rank, " (pid ", world->peer_pid(rank),
                             ") exited before it joined group ", key);
     };
+  } else {
+    // The default group: the ranks that claimed their rank left their pid in the store.
+    exited = [this, &key,
+              last_looks = std::vector<std::chrono::steady_clock::time_point>(
+                  transport::kMaxRanks)](int rank) mutable -> std::string {
+      // Called in the waits' polls: a look costs a store read and a pidfd, so at most one a
+      // millisecond for each rank (the waits look every 10-20 ms anyway).
+      const auto now = std::chrono::steady_clock::now();
+      auto& last_look = last_looks[static_cast<size_t>(rank)];
+      if (now - last_look < std::chrono::milliseconds(1)) return "";
+      last_look = now;
+      const pid_t pid = claimed_pid(rank);
+      if (pid <= 0 || transport::PeerMonitor::is_alive(pid)) return "";
+      return detail::concat("rank ", rank, " (pid ", pid, ") exited before it joined group ", key);
+    };
   }
   const uint64_t creation = groups_connected_ + 1;
   fault::point(fault::Point::kJoinsGroup, job_.rank, creation);
@@ -223,7 +256,7 @@ std::unique_ptr<transport::GroupTransport> Rendezvous::connect_group(
                                                 "." + transport::random_token());
     // The name first: should this process die before it publishes the block, the members remove
     // the block instead of leaving it in /dev/shm for good.
-    if (world != nullptr) store_->set(creating_key, name);
+    store_->set(creating_key, name);
     try {
       transport = transport::GroupTransport::create(name, group_rank, group_size);
     } catch (const Error& error) {
@@ -285,7 +318,7 @@ std::unique_ptr<transport::GroupTransport> Rendezvous::connect_group(
   if (group_rank == 0) {
     try {
       store_->delete_key(name_key);
-      if (world != nullptr) store_->delete_key(creating_key);
+      store_->delete_key(creating_key);
     } catch (const std::exception& error) {
       SHMCCL_INFO(kColl, "group ", key, ": could not delete store key ", name_key, ": ",
                   error.what());

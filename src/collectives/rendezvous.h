@@ -64,6 +64,8 @@ class Rendezvous {
   void unlink_lock();  // removes the lock's name if it still names our lock file
   // Claims this rank's key in the store: a second process with the same rank is an error.
   void claim_rank();
+  // The pid that rank `rank` left in the store as it claimed its rank; 0 while there is none.
+  pid_t claimed_pid(int rank);
   // With a plugged-in store and no job id: rank 0 draws the namespace, the others read it.
   void agree_on_namespace();
   // The name of group `key`'s control block, once its first rank published it (or the error it
@@ -79,6 +81,7 @@ class Rendezvous {
   bool created_lock_ = false;
   std::string prefix_;             // "g<generation>/": keys of this init within the job's store
   uint64_t groups_connected_ = 0;  // connect_group calls (the rendezvous fault point's sequence)
+  std::vector<pid_t> claimed_pids_ = std::vector<pid_t>(transport::kMaxRanks, 0);
 };
 
 }  // namespace shmccl::collectives

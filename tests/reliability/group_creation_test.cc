@@ -1,11 +1,11 @@
 // Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
 //
-// A member of a new_group that dies before it joined the group: its peers know its process from
-// the default group, so their new_group fails at once naming it (not after the group's 60 s
+// A member of a group that dies before it joined the group: its peers know its process (from the
+// default group in new_group, from the pid it left in the store as it claimed its rank in
+// init_process_group), so their call fails at once naming it (not after the group's 60 s
 // timeout), and the group's control block is not left in /dev/shm, even when the member that
 // died is the group's first rank and had made the block but not published its name. Each case
-// runs at 2, 3, 4 and 8 ranks; the fault (SHMCCL_FAULT=<point>:<rank>:kill:2) hits the first
-// group creation after the default group's.
+// runs at 2, 3, 4 and 8 ranks; the fault is SHMCCL_FAULT=<point>:<rank>:kill:<group creation>.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -42,29 +42,59 @@ void expect_only_the_victim_killed(const std::vector<testing::RankResult>& resul
   EXPECT_TRUE(testing::no_segments_left(options.job_id));
 }
 
-// Kills `victim(world)` at `point` of the first new_group; every other rank's new_group must fail
-// within kBoundSeconds with a RemoteError holding each of `expected(victim)`.
-void expect_new_group_fails(const char* point, int (*victim_of)(int world),
-                            const std::vector<std::string>& expected) {
+// In init_process_group, the victim dies only once every other rank has claimed its rank in the
+// job's store: a store whose every user has exited is replaced by the next rank that opens it,
+// and a rank that opened it just before that would wait in the old one (docs/reliability.md).
+namespace staged {
+const testing::TokenPipe* g_claimed = nullptr;
+bool g_victim = false;
+fault::Point g_point = fault::Point::kJoinsGroup;
+int g_others = 0;
+
+void hook(fault::Point point, uint64_t creation) {
+  if (creation != 1) return;
+  if (!g_victim && point == fault::Point::kJoinsGroup) {
+    g_claimed->post(1);
+  } else if (g_victim && point == g_point) {
+    require(g_claimed->wait(g_others), "the others did not claim their ranks");
+  }
+}
+}  // namespace staged
+
+// Kills `victim(world)` at `point` of group creation number `creation` (1: the default group's,
+// in init_process_group; 2: the first new_group after it); every other rank's call must fail
+// within kBoundSeconds with a RemoteError holding each of `expected`.
+void expect_group_creation_fails(const char* point, int creation, int (*victim_of)(int world),
+                                 const std::vector<std::string>& expected) {
   for (int world : {2, 3, 4, 8}) {
     SCOPED_TRACE(str(world, " ranks"));
     const int victim = victim_of(world);
     testing::SurvivorBarrier survivors;  // a survivor that exits is news to a slower one
+    const testing::TokenPipe claimed;
     testing::RunOptions options;
     auto results = testing::run_ranks(
         world,
         [&](const testing::RankContext& ctx) {
-          setenv("SHMCCL_FAULT", str(point, ":", victim, ":kill:2").c_str(), 1);
+          setenv("SHMCCL_FAULT", str(point, ":", victim, ":kill:", creation).c_str(), 1);
           config::reload();
-          ctx.init(kTimeoutMs);
+          staged::g_claimed = &claimed;
+          staged::g_victim = ctx.rank == victim;
+          staged::g_point = fault::parse(str(point, ":0")).point;
+          staged::g_others = ctx.world - 1;
+          fault::set_hook(staged::hook);
           std::vector<int> everyone;
           for (int r = 0; r < ctx.world; ++r)
             everyone.push_back(r);
+          if (creation > 1) ctx.init(kTimeoutMs);
           const auto start = std::chrono::steady_clock::now();
-          std::string text = "new_group returned";
+          std::string text = "the group was made";
           double seconds = 0;
           try {
-            new_group(everyone);
+            if (creation > 1) {
+              new_group(everyone);
+            } else {
+              ctx.init(kTimeoutMs);
+            }
           } catch (const RemoteError& error) {
             seconds = seconds_since(start);
             text = error.what();
@@ -95,21 +125,34 @@ int first_rank(int) {
 
 TEST(GroupCreationTest, AMemberThatDiesBeforeJoiningIsNamedAtOnce) {
   if (!fault::compiled_in()) GTEST_SKIP() << "no fault injection in this build";
-  expect_new_group_fails("joins_group", last_rank, {"exited before it joined group sub1"});
+  expect_group_creation_fails("joins_group", 2, last_rank, {"exited before it joined group sub1"});
 }
 
 TEST(GroupCreationTest, AFirstRankThatDiesBeforeMakingTheBlockIsNamedAtOnce) {
   if (!fault::compiled_in()) GTEST_SKIP() << "no fault injection in this build";
-  expect_new_group_fails("joins_group", first_rank,
-                         {"exited before it joined group sub1", "its first rank"});
+  expect_group_creation_fails("joins_group", 2, first_rank,
+                              {"exited before it joined group sub1", "its first rank"});
 }
 
 // The block exists under a name only the dead rank published (in the store, before it made it):
 // the members remove it.
 TEST(GroupCreationTest, AFirstRankThatDiesBeforePublishingTheBlockLeavesNothing) {
   if (!fault::compiled_in()) GTEST_SKIP() << "no fault injection in this build";
-  expect_new_group_fails("publishes_group", first_rank,
-                         {"exited before it joined group sub1", "its first rank"});
+  expect_group_creation_fails("publishes_group", 2, first_rank,
+                              {"exited before it joined group sub1", "its first rank"});
+}
+
+// The same in init_process_group: the ranks leave their pid in the job's store as they claim
+// their rank, so the others' init names a rank that dies before it joins the default group.
+TEST(GroupCreationTest, ARankThatDiesInInitBeforeJoiningIsNamedAtOnce) {
+  if (!fault::compiled_in()) GTEST_SKIP() << "no fault injection in this build";
+  expect_group_creation_fails("joins_group", 1, last_rank, {"exited before it joined group world"});
+}
+
+TEST(GroupCreationTest, AFirstRankThatDiesInInitBeforePublishingTheBlockLeavesNothing) {
+  if (!fault::compiled_in()) GTEST_SKIP() << "no fault injection in this build";
+  expect_group_creation_fails("publishes_group", 1, first_rank,
+                              {"exited before it joined group world", "its first rank"});
 }
 
 // A member that dies after it attached is seen by the group's own monitor, at its first
