@@ -169,7 +169,10 @@ LaunchPlan make_launch_plan(const Options& options, std::vector<std::string>* wa
   const std::vector<Binding> bindings =
       options.numa == NumaMode::kNone
           ? std::vector<Binding>(static_cast<size_t>(plan.world_size))
-          : plan_bindings(options.numa, CpuTopology::detect(), plan.world_size, &warning);
+          : plan_bindings(options.numa,
+                          CpuTopology::detect(options.numa == NumaMode::kSocket ||
+                                              options.numa == NumaMode::kCoreComplex),
+                          plan.world_size, &warning);
   if (!warning.empty() && warnings != nullptr) warnings->push_back(warning);
 
   std::vector<std::string> devices;

@@ -146,6 +146,9 @@ std::vector<std::string> filter_list(std::string_view value) {
   return filters;
 }
 
+constexpr NumaMode kNumaModes[] = {NumaMode::kNone,      NumaMode::kNode,        NumaMode::kSocket,
+                                   NumaMode::kExclusive, NumaMode::kCoreComplex, NumaMode::kCore};
+
 struct Flag {
   std::vector<std::string_view> names;  // normalized: no leading dashes, '-' not '_'
   bool takes_value;
@@ -314,17 +317,13 @@ const std::vector<Flag>& flags() {
       {{"numa-binding"},
        true,
        [](Options& o, const std::string& f, const std::string& v) {
-         if (v == "none") {
-           o.numa = NumaMode::kNone;
-         } else if (v == "node") {
-           o.numa = NumaMode::kNode;
-         } else if (v == "exclusive") {
-           o.numa = NumaMode::kExclusive;
-         } else if (v == "core") {
-           o.numa = NumaMode::kCore;
-         } else {
-           invalid(f, v, "none, node, exclusive or core");
+         for (NumaMode mode : kNumaModes) {
+           if (v == numa_mode_name(mode)) {
+             o.numa = mode;
+             return;
+           }
          }
+         invalid(f, v, "none, node, socket, exclusive, core-complex or core");
        }},
       {{"no-python"},
        false,
@@ -544,9 +543,10 @@ Output:
   -v, --verbose             log what shmrun does (ranks, pids, bindings)
 
 Placement:
-  --numa-binding none|node|exclusive|core
-                            bind each rank to a NUMA node, an exclusive set of cores of its
-                            node, or one core [none]
+  --numa-binding none|node|socket|exclusive|core-complex|core
+                            bind each rank to a NUMA node, a socket, an exclusive set of
+                            cores of its node, the cores sharing one L3 cache, or one
+                            core [none]
   --virtual-local-rank      each rank sees only its own NPU, as device 0: LOCAL_RANK=0 and
                             ASCEND_RT_VISIBLE_DEVICES=<its entry of the inherited list, else
                             its local rank>
@@ -572,6 +572,10 @@ const char* numa_mode_name(NumaMode mode) {
       return "exclusive";
     case NumaMode::kCore:
       return "core";
+    case NumaMode::kSocket:
+      return "socket";
+    case NumaMode::kCoreComplex:
+      return "core-complex";
   }
   return "?";
 }

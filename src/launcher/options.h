@@ -21,7 +21,7 @@ class UsageError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-enum class NumaMode { kNone, kNode, kExclusive, kCore };
+enum class NumaMode { kNone, kNode, kExclusive, kCore, kSocket, kCoreComplex };
 
 // Which of a rank's streams a --redirects / --tee value selects: bit 0 stdout, bit 1 stderr.
 enum StreamMask : unsigned { kNoStream = 0, kStdout = 1, kStderr = 2, kBothStreams = 3 };

@@ -78,6 +78,8 @@ TEST(Options, ParsesEverySetting) {
   EXPECT_EQ(options.local_ranks_filter, (std::vector<int>{0, 3}));
   EXPECT_FALSE(options.prefix);
   EXPECT_EQ(options.numa, NumaMode::kCore);
+  EXPECT_EQ(parse({"--numa-binding", "socket", "p"}).numa, NumaMode::kSocket);
+  EXPECT_EQ(parse({"--numa-binding=core-complex", "p"}).numa, NumaMode::kCoreComplex);
   EXPECT_EQ(parse({"--run-id", "other", "p"}).run_id, "other");
   EXPECT_EQ(parse({"--stop-timeout=0", "p"}).grace_period_s, 0);
   EXPECT_TRUE(options.grace_period_given) << "--grace-period was given";

@@ -5,6 +5,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <sstream>
 
 #include "shmrun_harness.h"
@@ -30,7 +31,7 @@ INSTANTIATE_TEST_SUITE_P(
                       std::vector<std::string>{"--nproc-per-node=0", "true"},
                       std::vector<std::string>{"--max-restarts", "-1", "true"},
                       std::vector<std::string>{"--master-port", "70000", "true"},
-                      std::vector<std::string>{"--numa-binding", "socket", "true"},
+                      std::vector<std::string>{"--numa-binding", "all", "true"},
                       std::vector<std::string>{"--grace-period", "soon", "true"},
                       std::vector<std::string>{"--verbose=yes", "true"},
                       std::vector<std::string>{"--nproc-per-node"}));
@@ -105,6 +106,79 @@ TEST(Cli, CoreBindingGivesRanksDistinctCores) {
   // -v prints each rank's binding, and it is what the rank sees.
   const std::string spawn_line = line_with(result.err, "rank 0: pid ");
   EXPECT_NE(spawn_line.find("cpus " + cpus0[0]), std::string::npos) << result.err;
+}
+
+// The CPUs this test may run on (and so shmrun, which inherits its affinity), as
+// test_worker's "cpus=" prints them.
+std::vector<int> usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  EXPECT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  }
+  return cpus;
+}
+
+// What rank `rank` printed after "cpus=" (test_worker affinity), or "" if it did not.
+std::string cpus_seen(const std::string& out, int rank) {
+  const std::string marker = "[rank" + std::to_string(rank) + "]:cpus=";
+  const std::string line = line_with(out, marker);
+  return line.empty() ? line : line.substr(marker.size());
+}
+
+std::string comma_list(const std::vector<int>& cpus) {
+  std::string text;
+  for (int cpu : cpus)
+    text += (text.empty() ? "" : ",") + std::to_string(cpu);
+  return text;
+}
+
+// torchrun's socket binding: every rank gets every usable CPU of one package (that of the first
+// CPU it sees).
+TEST(Cli, SocketBindingGivesEachRankAWholePackage) {
+  const RunResult result =
+      run_shmrun({"-v", "--numa-binding", "socket", "--nproc-per-node", "2", kWorker, "affinity"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string seen = cpus_seen(result.out, rank);
+    ASSERT_FALSE(seen.empty()) << result.out;
+    const int first = std::stoi(seen);
+    const auto package_of = [](int cpu) {
+      return read_file("/sys/devices/system/cpu/cpu" + std::to_string(cpu) +
+                       "/topology/physical_package_id");
+    };
+    std::vector<int> expected;
+    for (int cpu : usable_cpus()) {
+      if (package_of(cpu) == package_of(first)) expected.push_back(cpu);
+    }
+    EXPECT_EQ(seen, comma_list(expected)) << result.err;
+  }
+  EXPECT_NE(line_with(result.err, "rank 1: pid ").find(", binding "), std::string::npos)
+      << result.err;
+}
+
+// core-complex: the CPUs that share an L3 cache. Where sysfs has no cache information (this
+// project's VM), each NUMA node stands in for an L3 domain, and shmrun says so.
+TEST(Cli, CoreComplexBindingGivesEachRankTheCpusOfOneL3) {
+  const RunResult result = run_shmrun(
+      {"-v", "--numa-binding=core-complex", "--nproc-per-node", "2", kWorker, "affinity"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const std::vector<int> usable = usable_cpus();
+  const bool caches_known =
+      std::filesystem::exists("/sys/devices/system/cpu/cpu" + std::to_string(usable[0]) + "/cache");
+  const bool one_node = !std::filesystem::exists("/sys/devices/system/node/node1");
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string seen = cpus_seen(result.out, rank);
+    ASSERT_FALSE(seen.empty()) << result.out;
+    if (!caches_known && one_node) {
+      EXPECT_EQ(seen, comma_list(usable)) << result.err;
+    }
+  }
+  EXPECT_EQ(result.err.find("sysfs does not say which L3 cache") != std::string::npos,
+            !caches_known)
+      << result.err;
 }
 
 }  // namespace
