@@ -103,6 +103,19 @@ std::vector<std::string> virtual_devices(int world_size) {
   return devices;
 }
 
+// torchrun's default: ranks whose OpenMP runtimes each start a thread per CPU would overload the
+// host. (shmccl's own GEMMs set their thread count themselves: SHMCCL_OPS_THREADS.)
+void default_omp_threads(LaunchPlan& plan, std::vector<std::string>* warnings) {
+  if (plan.world_size <= 1 || std::getenv("OMP_NUM_THREADS") != nullptr) return;
+  plan.base_env.emplace_back("OMP_NUM_THREADS=1");
+  if (warnings != nullptr) {
+    warnings->push_back("OMP_NUM_THREADS is not set: each of the " +
+                        std::to_string(plan.world_size) +
+                        " ranks gets OMP_NUM_THREADS=1, as torchrun sets it, so that their "
+                        "OpenMP threads do not overload the host; set it to tune");
+  }
+}
+
 }  // namespace
 
 int usable_cpu_count() {
@@ -137,6 +150,7 @@ LaunchPlan make_launch_plan(const Options& options, std::vector<std::string>* wa
     default:
       plan.world_size = options.nproc_per_node;
   }
+  default_omp_threads(plan, warnings);
   plan.run_id = options.run_id ? *options.run_id : (options.standalone ? random_hex(16) : "none");
   plan.master_addr = options.master_addr;
   plan.master_port = options.master_port ? *options.master_port

@@ -109,6 +109,33 @@ TEST(Env, PetVariablesGiveOptions) {
       << bad.err;
 }
 
+// As torchrun: with more than one rank and OMP_NUM_THREADS unset, every rank gets 1, and shmrun
+// says so; an inherited value, or a single rank, is left alone.
+TEST(Env, OmpNumThreadsIsOneForSeveralRanksUnlessSet) {
+  unsetenv("OMP_NUM_THREADS");  // the harness passes this test's environment on
+  const RunResult several = run_shmrun({"--nproc-per-node", "2", kWorker, "env"});
+  ASSERT_EQ(several.exit_code, 0) << several.err;
+  const auto env = parse_env(several.out);
+  ASSERT_EQ(env.size(), 2u) << several.out;
+  EXPECT_EQ(env.at(0).at("OMP_NUM_THREADS"), "1");
+  EXPECT_EQ(env.at(1).at("OMP_NUM_THREADS"), "1");
+  EXPECT_NE(several.err.find("shmrun: warning: OMP_NUM_THREADS is not set: each of the 2 ranks "
+                             "gets OMP_NUM_THREADS=1"),
+            std::string::npos)
+      << several.err;
+
+  const RunResult set =
+      run_shmrun({"--nproc-per-node", "2", kWorker, "env"}, {"OMP_NUM_THREADS=3"});
+  ASSERT_EQ(set.exit_code, 0) << set.err;
+  EXPECT_EQ(parse_env(set.out).at(1).at("OMP_NUM_THREADS"), "3");
+  EXPECT_EQ(set.err.find("OMP_NUM_THREADS"), std::string::npos) << set.err;
+
+  const RunResult one = run_shmrun({kWorker, "env"});
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_EQ(parse_env(one.out).at(0).at("OMP_NUM_THREADS"), "<unset>");
+  EXPECT_EQ(one.err.find("OMP_NUM_THREADS"), std::string::npos) << one.err;
+}
+
 TEST(Env, NamespaceIsSafeAndShortForAnyRunId) {
   const std::string run_id = "a/b.c d" + std::string(100, 'x');
   const RunResult result = run_shmrun({"--run-id", run_id, kWorker, "env"});

@@ -20,11 +20,13 @@ std::vector<std::string> lines_of(const std::string& text) {
   return lines;
 }
 
-// Lines that come from ranks (shmrun's own log lines on stderr are skipped).
+// Lines that come from ranks (shmrun's own log lines and warnings on stderr are skipped).
 std::vector<std::string> rank_lines(const std::string& text) {
   std::vector<std::string> lines;
   for (const std::string& line : lines_of(text)) {
-    if (line.find("shmccl INFO") == std::string::npos) lines.push_back(line);
+    if (line.find("shmccl INFO") == std::string::npos && line.rfind("shmrun: warning: ", 0) != 0) {
+      lines.push_back(line);
+    }
   }
   return lines;
 }

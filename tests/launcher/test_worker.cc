@@ -109,6 +109,7 @@ int main(int argc, char** argv) {
                              "SHMCCL_LAUNCHER_PID",
                              "SHMCCL_LOCK_FD",
                              "ASCEND_RT_VISIBLE_DEVICES",
+                             "OMP_NUM_THREADS",
                              "TORCHELASTIC_ERROR_FILE"}) {
       const char* value = std::getenv(name);
       std::printf("%s=%s\n", name, value != nullptr ? value : "<unset>");
