@@ -25,6 +25,9 @@ namespace shmccl::launcher {
 namespace {
 
 constexpr int kDefaultMasterPort = 29500;
+// torchrun's c10d rendezvous port (c10d_rendezvous_backend.DEFAULT_PORT), for an --rdzv-endpoint
+// without one: --master-port's default applies to --master-port only.
+constexpr int kDefaultRendezvousPort = 29400;
 
 // Every variable shmrun sets; inherited values of these are replaced, never duplicated.
 const std::set<std::string>& owned_variables() {
@@ -116,6 +119,21 @@ void default_omp_threads(LaunchPlan& plan, std::vector<std::string>* warnings) {
   }
 }
 
+// The job id, master address and port, as torchrun resolves them: --rdzv-endpoint wins over
+// --master-addr and --master-port; port 0 asks for a free port.
+void plan_rendezvous(const Options& options, LaunchPlan& plan) {
+  plan.run_id = options.run_id.value_or(options.standalone ? random_hex(16) : "none");
+  plan.master_addr = options.master_addr;
+  if (options.rdzv_endpoint) {
+    plan.master_addr = options.rdzv_endpoint->host;
+    const int port = options.rdzv_endpoint->port.value_or(kDefaultRendezvousPort);
+    plan.master_port = port == 0 ? free_port() : port;
+  } else {
+    plan.master_port =
+        options.master_port.value_or(options.standalone ? free_port() : kDefaultMasterPort);
+  }
+}
+
 }  // namespace
 
 int usable_cpu_count() {
@@ -151,10 +169,7 @@ LaunchPlan make_launch_plan(const Options& options, std::vector<std::string>* wa
       plan.world_size = options.nproc_per_node;
   }
   default_omp_threads(plan, warnings);
-  plan.run_id = options.run_id ? *options.run_id : (options.standalone ? random_hex(16) : "none");
-  plan.master_addr = options.master_addr;
-  plan.master_port = options.master_port ? *options.master_port
-                                         : (options.standalone ? free_port() : kDefaultMasterPort);
+  plan_rendezvous(options, plan);
   plan.max_restarts = options.max_restarts;
   plan.timeout = options.timeout;
   plan.grace_period_s = options.grace_period_s;

@@ -208,16 +208,19 @@ const std::vector<Flag>& flags() {
          if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
            host = host.substr(1, host.size() - 2);
          if (host.empty()) invalid(f, v, "host[:port] (an IPv6 address in brackets: [::1]:29400)");
-         o.master_addr = host;
+         std::optional<int> port;
          if (colon != std::string::npos) {
-           o.master_port =
-               int_value(f, std::string_view(v).substr(colon + 1), 0, 65535, "host[:port]");
+           port = int_value(f, std::string_view(v).substr(colon + 1), 0, 65535, "host[:port]");
          }
+         o.rdzv_endpoint = Options::Endpoint{host, port, v};
        }},
-      {{"rdzv-backend", "rdzv-conf"},
+      {{"rdzv-backend"},
+       true,
+       [](Options& o, const std::string&, const std::string& v) { o.rdzv_backend = v; }},
+      {{"rdzv-conf"},
        true,
        [](Options&, const std::string&, const std::string&) {
-         // Accepted for torchrun compatibility: one host needs no rendezvous backend.
+         // Accepted for torchrun compatibility: one host needs no rendezvous configuration.
        }},
       {{"standalone"}, false, [](Options& o, auto&, auto&) { o.standalone = true; }},
       {{"max-restarts"},
@@ -507,8 +510,11 @@ Ranks:
   --master-addr ADDR        MASTER_ADDR given to the ranks [127.0.0.1]
   --master-port PORT        MASTER_PORT given to the ranks [29500]
   --rdzv-id, --run-id ID    job id (TORCHELASTIC_RUN_ID, SHMCCL_JOB_ID) [none]
-  --standalone              random job id and a free master port
-  --rdzv-endpoint HOST:PORT sets the master address and port; --rdzv-backend is ignored
+  --standalone              random job id and a free master port; --rdzv-id, --rdzv-endpoint
+                            and --rdzv-backend are then ignored, as torchrun ignores them
+  --rdzv-endpoint HOST[:PORT]
+                            master address and port, over --master-addr and --master-port
+                            [port 29400, as torchrun's c10d rendezvous; 0: a free port]
   --role NAME               ROLE_NAME given to the ranks [default]
   --timeout SECONDS         collective timeout given to the ranks (SHMCCL_TIMEOUT)
   --start-method spawn|fork|forkserver, --local-addr ADDR

@@ -48,9 +48,17 @@ struct Options {
   static constexpr int kNpuRanks = -1;
   int nproc_per_node = 1;
   std::string master_addr = "127.0.0.1";
-  std::optional<int> master_port;     // unset: 29500, or a free port with --standalone
-  std::optional<std::string> run_id;  // --rdzv-id / --run-id
-  bool standalone = false;
+  std::optional<int> master_port;  // unset: 29500, or a free port with --standalone
+  // --rdzv-endpoint host[:port], which wins over --master-addr and --master-port as in torchrun.
+  struct Endpoint {
+    std::string host;
+    std::optional<int> port;  // unset: 29400 (torchrun's c10d rendezvous); 0: a free port
+    std::string given;        // as on the command line
+  };
+  std::optional<Endpoint> rdzv_endpoint;
+  std::optional<std::string> rdzv_backend;  // accepted; one host needs no rendezvous backend
+  std::optional<std::string> run_id;        // --rdzv-id / --run-id
+  bool standalone = false;       // picks the job id and port itself: the three above are ignored
   std::string role = "default";  // --role: ROLE_NAME of the ranks
 
   // Supervision.

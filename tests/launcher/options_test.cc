@@ -122,18 +122,23 @@ TEST(Options, VirtualLocalRankIsASwitch) {
   EXPECT_THROW(parse({"--virtual-local-rank=1", "p"}), UsageError) << "torchrun takes no value";
 }
 
-TEST(Options, RdzvEndpointSetsTheMaster) {
+TEST(Options, RdzvEndpointIsHostAndOptionalPort) {
   const Options options = parse({"--rdzv-backend=c10d", "--rdzv-endpoint", "localhost:29400", "p"});
-  EXPECT_EQ(options.master_addr, "localhost");
-  EXPECT_EQ(options.master_port, 29400);
+  ASSERT_TRUE(options.rdzv_endpoint);
+  EXPECT_EQ(options.rdzv_endpoint->host, "localhost");
+  EXPECT_EQ(options.rdzv_endpoint->port, 29400);
+  EXPECT_EQ(options.rdzv_endpoint->given, "localhost:29400");
+  EXPECT_EQ(options.rdzv_backend, "c10d");
+  EXPECT_EQ(options.master_addr, "127.0.0.1") << "--master-addr's own value stays";
   // IPv6 addresses in brackets, as torchrun parses them.
   const Options v6 = parse({"--rdzv-endpoint", "[::1]:29401", "p"});
-  EXPECT_EQ(v6.master_addr, "::1");
-  EXPECT_EQ(v6.master_port, 29401);
+  EXPECT_EQ(v6.rdzv_endpoint->host, "::1");
+  EXPECT_EQ(v6.rdzv_endpoint->port, 29401);
   const Options v6_alone = parse({"--rdzv-endpoint", "[fe80::2]", "p"});
-  EXPECT_EQ(v6_alone.master_addr, "fe80::2");
-  EXPECT_EQ(v6_alone.master_port, parse({"p"}).master_port) << "the default port";
-  EXPECT_EQ(parse({"--rdzv-endpoint", "node7", "p"}).master_addr, "node7");
+  EXPECT_EQ(v6_alone.rdzv_endpoint->host, "fe80::2");
+  EXPECT_EQ(v6_alone.rdzv_endpoint->port, std::nullopt) << "the launch plan's default";
+  EXPECT_EQ(parse({"--rdzv-endpoint", "node7", "p"}).rdzv_endpoint->host, "node7");
+  EXPECT_EQ(parse({"--rdzv-endpoint", "localhost:0", "p"}).rdzv_endpoint->port, 0);
   EXPECT_THROW(parse({"--rdzv-endpoint", ":29400", "p"}), UsageError);
   EXPECT_THROW(parse({"--rdzv-endpoint", "[]:29400", "p"}), UsageError);
   EXPECT_THROW(parse({"--rdzv-endpoint", "[::1]:port", "p"}), UsageError);

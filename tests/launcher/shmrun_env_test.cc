@@ -161,6 +161,31 @@ TEST(Env, StandaloneGetsARandomJobIdAndAFreePort) {
   EXPECT_LT(port, 65536);
 }
 
+// torchrun's c10d rendezvous: an endpoint without a port is port 29400 (29500 is
+// --master-port's default only), and the endpoint wins over --master-addr and --master-port.
+TEST(Env, RdzvEndpointWithoutAPortIsTorchrunsRendezvousPort) {
+  const RunResult result = run_shmrun({"--master-addr", "10.1.2.3", "--master-port", "1234",
+                                       "--rdzv-endpoint", "localhost", kWorker, "env"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const auto env = parse_env(result.out);
+  EXPECT_EQ(env.at(0).at("MASTER_ADDR"), "localhost");
+  EXPECT_EQ(env.at(0).at("MASTER_PORT"), "29400");
+}
+
+// Port 0, as torchrun takes it: a free port, the same for every rank.
+TEST(Env, RdzvEndpointPortZeroIsAFreePort) {
+  const RunResult result =
+      run_shmrun({"--rdzv-endpoint", "localhost:0", "--nproc-per-node", "2", kWorker, "env"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const auto env = parse_env(result.out);
+  ASSERT_EQ(env.size(), 2u) << result.out;
+  const int port = std::stoi(env.at(0).at("MASTER_PORT"));
+  EXPECT_GT(port, 0);
+  EXPECT_LT(port, 65536);
+  EXPECT_EQ(env.at(1).at("MASTER_PORT"), env.at(0).at("MASTER_PORT"));
+  EXPECT_EQ(env.at(0).at("MASTER_ADDR"), "localhost");
+}
+
 TEST(Env, AutoStartsOneRankPerUsableCore) {
   cpu_set_t set;
   CPU_ZERO(&set);
