@@ -119,18 +119,31 @@ void default_omp_threads(LaunchPlan& plan, std::vector<std::string>* warnings) {
   }
 }
 
-// The job id, master address and port, as torchrun resolves them: --rdzv-endpoint wins over
-// --master-addr and --master-port; port 0 asks for a free port.
-void plan_rendezvous(const Options& options, LaunchPlan& plan) {
-  plan.run_id = options.run_id.value_or(options.standalone ? random_hex(16) : "none");
+// The job id, master address and port, as torchrun resolves them: --standalone picks a random id
+// and a free port and ignores the --rdzv-* options; --rdzv-endpoint wins over --master-addr and
+// --master-port; port 0 asks for a free port.
+void plan_rendezvous(const Options& options, LaunchPlan& plan, std::vector<std::string>* warnings) {
+  plan.run_id = options.run_id.value_or("none");
   plan.master_addr = options.master_addr;
-  if (options.rdzv_endpoint) {
+  plan.master_port = options.master_port.value_or(kDefaultMasterPort);
+  if (options.standalone) {
+    std::string ignored;
+    const auto ignore = [&ignored](const std::string& option) {
+      ignored += (ignored.empty() ? "" : ", ") + option;
+    };
+    if (options.rdzv_backend) ignore("--rdzv-backend=" + *options.rdzv_backend);
+    if (options.rdzv_endpoint) ignore("--rdzv-endpoint=" + options.rdzv_endpoint->given);
+    if (options.run_id) ignore("--rdzv-id=" + *options.run_id);
+    if (!ignored.empty() && warnings != nullptr) {
+      warnings->push_back("--standalone ignores " + ignored +
+                          ": it picks a random job id and a free port, as torchrun does");
+    }
+    plan.run_id = random_hex(16);
+    if (!options.master_port) plan.master_port = free_port();
+  } else if (options.rdzv_endpoint) {
     plan.master_addr = options.rdzv_endpoint->host;
     const int port = options.rdzv_endpoint->port.value_or(kDefaultRendezvousPort);
     plan.master_port = port == 0 ? free_port() : port;
-  } else {
-    plan.master_port =
-        options.master_port.value_or(options.standalone ? free_port() : kDefaultMasterPort);
   }
 }
 
@@ -169,7 +182,7 @@ LaunchPlan make_launch_plan(const Options& options, std::vector<std::string>* wa
       plan.world_size = options.nproc_per_node;
   }
   default_omp_threads(plan, warnings);
-  plan_rendezvous(options, plan);
+  plan_rendezvous(options, plan, warnings);
   plan.max_restarts = options.max_restarts;
   plan.timeout = options.timeout;
   plan.grace_period_s = options.grace_period_s;

@@ -186,6 +186,25 @@ TEST(Env, RdzvEndpointPortZeroIsAFreePort) {
   EXPECT_EQ(env.at(0).at("MASTER_ADDR"), "localhost");
 }
 
+// As torchrun's --standalone, which sets the rendezvous backend, endpoint and id itself: the
+// --rdzv-* options given with it are ignored, and shmrun says so.
+TEST(Env, StandaloneIgnoresTheRdzvOptions) {
+  const RunResult result = run_shmrun({"--rdzv-backend=c10d", "--rdzv-endpoint", "node7:1234",
+                                       "--rdzv-id", "job_9", "--standalone", kWorker, "env"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const auto env = parse_env(result.out);
+  EXPECT_NE(env.at(0).at("TORCHELASTIC_RUN_ID"), "job_9");
+  EXPECT_EQ(env.at(0).at("MASTER_ADDR"), "127.0.0.1");
+  EXPECT_NE(env.at(0).at("MASTER_PORT"), "1234");
+  EXPECT_NE(result.err.find("shmrun: warning: --standalone ignores --rdzv-backend=c10d, "
+                            "--rdzv-endpoint=node7:1234, --rdzv-id=job_9: it picks a random job "
+                            "id and a free port, as torchrun does"),
+            std::string::npos)
+      << result.err;
+  const RunResult plain = run_shmrun({"--standalone", kWorker, "env"});
+  EXPECT_EQ(plain.err.find("--standalone ignores"), std::string::npos) << plain.err;
+}
+
 TEST(Env, AutoStartsOneRankPerUsableCore) {
   cpu_set_t set;
   CPU_ZERO(&set);
