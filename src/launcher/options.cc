@@ -517,9 +517,6 @@ Ranks:
                             [port 29400, as torchrun's c10d rendezvous; 0: a free port]
   --role NAME               ROLE_NAME given to the ranks [default]
   --timeout SECONDS         collective timeout given to the ranks (SHMCCL_TIMEOUT)
-  --start-method spawn|fork|forkserver, --local-addr ADDR
-                            accepted as torchrun does; each rank is a program of its own and
-                            the ranks of one host need no address
 
 Supervision:
   --max-restarts K          restart the whole group up to K times after a failure [0]
@@ -556,6 +553,19 @@ Placement:
   --virtual-local-rank      each rank sees only its own NPU, as device 0: LOCAL_RANK=0 and
                             ASCEND_RT_VISIBLE_DEVICES=<its entry of the inherited list, else
                             its local rank>
+
+torchrun options accepted and ignored (nothing for them to do here):
+  --no-python               shmrun always runs the program itself
+  --rdzv-backend NAME, --rdzv-conf KEY=VALUE,...
+                            the ranks of one host need no rendezvous backend
+  --start-method spawn|fork|forkserver
+                            each rank is a program of its own, started with fork and exec
+  --local-addr ADDR         the ranks of one host meet in shared memory, at no address
+
+torchrun options refused (exit 2):
+  -m, --module, --run-path  they run Python code; shmrun runs programs
+  --event-log-handler, --logs-specs
+                            they name Python plug-ins
 
 Other modes:
   --cleanup [NAMESPACE...]  remove shared-memory segments of jobs whose launcher is gone

@@ -75,6 +75,27 @@ TEST(Cli, VersionHelpAndDumpConfig) {
   EXPECT_NE(config.out.find("SHMCCL_DEBUG "), std::string::npos);
 }
 
+// torchrun's options that shmrun takes and ignores, or refuses, are listed too.
+TEST(Cli, HelpListsTheTorchrunOptionsShmrunIgnoresOrRefuses) {
+  const RunResult help = run_shmrun({"--help"});
+  ASSERT_EQ(help.exit_code, 0) << help.err;
+  const size_t ignored = help.out.find("torchrun options accepted and ignored");
+  const size_t refused = help.out.find("torchrun options refused (exit 2):");
+  ASSERT_NE(ignored, std::string::npos) << help.out;
+  ASSERT_NE(refused, std::string::npos) << help.out;
+  const std::string ignored_section = help.out.substr(ignored, refused - ignored);
+  for (const char* option :
+       {"--no-python", "--rdzv-backend", "--rdzv-conf", "--start-method", "--local-addr"}) {
+    EXPECT_NE(ignored_section.find(option), std::string::npos) << option << "\n" << help.out;
+  }
+  const std::string refused_section = help.out.substr(refused);
+  for (const char* option : {"-m, --module", "--run-path", "--event-log-handler", "--logs-specs"})
+    EXPECT_NE(refused_section.find(option), std::string::npos) << option << "\n" << help.out;
+  // What the help says is ignored is accepted, and what it says is refused is refused.
+  EXPECT_EQ(run_shmrun({"--no-python", "--rdzv-conf", "timeout=5", "true"}).exit_code, 0);
+  EXPECT_EQ(run_shmrun({"--run-path", "true"}).exit_code, 2);
+}
+
 TEST(Cli, AMissingProgramExits127) {
   const RunResult result = run_shmrun({"--nproc-per-node=2", "/nonexistent/program"});
   EXPECT_EQ(result.exit_code, 127);
