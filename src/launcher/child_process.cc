@@ -44,6 +44,32 @@ std::vector<char*> c_strings(const std::vector<std::string>& strings) {
   return pointers;
 }
 
+// execve() of an existing file failed with ENOENT: what is missing is its interpreter. A script
+// names it in its #! line, which this reads; for a binary it is the dynamic loader. Runs in the
+// child, so only async-signal-safe calls and no allocation.
+void explain_missing_interpreter(const char* path) {
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;  // the file itself is gone: the plain message says it
+  char line[256];
+  const ssize_t n = ::read(fd, line, sizeof(line) - 1);
+  close(fd);
+  if (n >= 2 && line[0] == '#' && line[1] == '!') {
+    ssize_t start = 2;
+    while (start < n && (line[start] == ' ' || line[start] == '\t'))
+      ++start;
+    ssize_t end = start;
+    while (end < n && line[end] != ' ' && line[end] != '\t' && line[end] != '\n')
+      ++end;
+    line[end] = '\0';
+    write_stderr("shmrun: cannot execute ", path, ": the interpreter named in its #! line, ");
+    write_stderr(line + start, ", was not found\n");
+  } else {
+    write_stderr("shmrun: cannot execute ", path,
+                 ": the file exists, but its interpreter (the dynamic loader) was not found\n");
+  }
+  _exit(127);
+}
+
 // The child's side of spawn(): only async-signal-safe calls, no allocation (it shares shmrun's
 // memory until exec), and it never returns.
 [[noreturn]] void exec_child(const SpawnRequest& request, pid_t parent, char* const* argv,
@@ -87,6 +113,7 @@ std::vector<char*> c_strings(const std::vector<std::string>& strings) {
     }
   }
   execve(request.path.c_str(), argv, envp);
+  if (errno == ENOENT) explain_missing_interpreter(request.path.c_str());
   write_stderr("shmrun: cannot execute ", request.path.c_str(), ": ");
   write_stderr(strerror(errno), "\n");
   _exit(127);
@@ -246,6 +273,18 @@ std::optional<std::string> resolve_program(const std::string& program) {
     start = end + 1;
   }
   return std::nullopt;
+}
+
+std::string unusable_program_reason(const std::string& program) {
+  const std::string quoted = "'" + program + "'";
+  struct stat info;
+  if (program.find('/') == std::string::npos) {
+    return "cannot find an executable " + quoted + " in PATH";
+  }
+  if (stat(program.c_str(), &info) != 0) return "cannot find an executable " + quoted;
+  if (S_ISDIR(info.st_mode)) return quoted + " is a directory";
+  if (!S_ISREG(info.st_mode)) return quoted + " is not a regular file";
+  return quoted + " is not executable (no execute permission)";
 }
 
 }  // namespace shmccl::launcher

@@ -50,7 +50,8 @@ struct SpawnRequest {
 class ChildProcess {
  public:
   // Starts the program. Throws SystemError if clone/fork fails; a failed exec shows up as the
-  // child exiting 127 after printing why to its stderr.
+  // child exiting 127 after printing why to its stderr (for a script whose #! interpreter is
+  // missing, that interpreter).
   static ChildProcess spawn(const SpawnRequest& request);
 
   ChildProcess() = default;  // no process
@@ -87,5 +88,8 @@ class ChildProcess {
 // Finds `program` as execvp would (PATH search unless it contains a '/'); nullopt if there is no
 // such executable file.
 std::optional<std::string> resolve_program(const std::string& program);
+// Why resolve_program found nothing: "cannot find an executable 'x' in PATH", "'./x' is not
+// executable", "'/tmp' is a directory"...
+std::string unusable_program_reason(const std::string& program);
 
 }  // namespace shmccl::launcher

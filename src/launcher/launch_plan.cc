@@ -161,11 +161,7 @@ LaunchPlan make_launch_plan(const Options& options, std::vector<std::string>* wa
   LaunchPlan plan;
   plan.program = options.command.front();
   auto resolved = resolve_program(plan.program);
-  if (!resolved) {
-    throw LaunchError("cannot find an executable '" + plan.program + "'" +
-                          (plan.program.find('/') == std::string::npos ? " in PATH" : ""),
-                      127);
-  }
+  if (!resolved) throw LaunchError(unusable_program_reason(plan.program), 127);
   plan.program_path = *resolved;
   plan.argv = options.command;
   for (char** entry = environ; *entry != nullptr; ++entry)

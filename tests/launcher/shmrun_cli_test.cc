@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include "shmrun_harness.h"
@@ -102,6 +103,44 @@ TEST(Cli, AMissingProgramExits127) {
   EXPECT_NE(result.err.find("cannot find an executable '/nonexistent/program'"), std::string::npos)
       << result.err;
   EXPECT_EQ(run_shmrun({"no-such-program-anywhere"}).exit_code, 127);
+}
+
+// Writes `text` to a new file `path` with permissions `mode`; returns `path`.
+std::string write_file(const std::string& path, const std::string& text, int mode) {
+  std::ofstream(path) << text;
+  std::filesystem::permissions(path, std::filesystem::perms(mode));
+  return path;
+}
+
+// A program that exists but cannot run says why, not that it cannot be found.
+TEST(Cli, AProgramThatIsNotExecutableOrADirectorySaysSo) {
+  TempDir dir;
+  const std::string no_exec = write_file(dir.path() + "/noexec", "#!/bin/sh\n", 0644);
+  const RunResult file = run_shmrun({"--nproc-per-node=2", no_exec});
+  EXPECT_EQ(file.exit_code, 127);
+  EXPECT_NE(file.err.find("shmrun: error: '" + no_exec + "' is not executable"), std::string::npos)
+      << file.err;
+  const RunResult directory = run_shmrun({dir.path()});
+  EXPECT_EQ(directory.exit_code, 127);
+  EXPECT_NE(directory.err.find("shmrun: error: '" + dir.path() + "' is a directory"),
+            std::string::npos)
+      << directory.err;
+}
+
+// execve says ENOENT for a script whose #! interpreter is missing, as if the script were: the
+// rank names the interpreter instead.
+TEST(Cli, AScriptWhoseInterpreterIsMissingNamesIt) {
+  TempDir dir;
+  const std::string script =
+      write_file(dir.path() + "/script", "#! /nonexistent/interp -x\necho hi\n", 0755);
+  const RunResult result = run_shmrun({script});
+  EXPECT_EQ(result.exit_code, 127) << result.err;
+  EXPECT_NE(result.err.find("[rank0]:shmrun: cannot execute " + script +
+                            ": the interpreter named in its #! line, /nonexistent/interp, was "
+                            "not found\n"),
+            std::string::npos)
+      << result.err;
+  EXPECT_EQ(result.err.find("No such file or directory"), std::string::npos) << result.err;
 }
 
 TEST(Cli, ArgumentsAfterTheProgramBelongToIt) {
