@@ -147,6 +147,27 @@ void plan_rendezvous(const Options& options, LaunchPlan& plan, std::vector<std::
   }
 }
 
+// A --local-ranks-filter rank the job does not have hides nothing and shows nothing: most likely
+// a mistake, which silently hides every rank's output when no named rank exists.
+void check_ranks_filter(const Options& options, int world_size,
+                        std::vector<std::string>* warnings) {
+  if (!options.local_ranks_filter || warnings == nullptr) return;
+  std::string missing;
+  bool any_shown = false;
+  for (int rank : *options.local_ranks_filter) {
+    if (rank < world_size) {
+      any_shown = true;
+    } else {
+      missing += (missing.empty() ? "" : ",") + std::to_string(rank);
+    }
+  }
+  if (missing.empty()) return;
+  warnings->push_back("--local-ranks-filter names local rank(s) " + missing + ", but the " +
+                      std::to_string(world_size) + " ranks are 0-" +
+                      std::to_string(world_size - 1) +
+                      (any_shown ? "" : ": no rank's output is shown on the console"));
+}
+
 }  // namespace
 
 int usable_cpu_count() {
@@ -178,6 +199,7 @@ LaunchPlan make_launch_plan(const Options& options, std::vector<std::string>* wa
       plan.world_size = options.nproc_per_node;
   }
   default_omp_threads(plan, warnings);
+  check_ranks_filter(options, plan.world_size, warnings);
   plan_rendezvous(options, plan, warnings);
   plan.max_restarts = options.max_restarts;
   plan.timeout = options.timeout;

@@ -133,6 +133,33 @@ TEST(Output, LocalRanksFilterShowsOnlyTheNamedRanks) {
   EXPECT_NE(result.out.find("[rank2]:rank 2 line 1"), std::string::npos) << result.out;
 }
 
+// A filter that names ranks the job does not have is warned about: else `--local-ranks-filter 5`
+// on two ranks would hide every line without a word.
+TEST(Output, LocalRanksFilterWarnsAboutRanksOutOfRange) {
+  // shmrun's stderr (without the ranks' lines) for a 2-rank job with this filter.
+  const auto shmrun_lines = [](const std::string& filter) {
+    const RunResult result = run_shmrun(
+        {"--local-ranks-filter", filter, "--nproc-per-node", "2", kWorker, "lines", "1"});
+    EXPECT_EQ(result.exit_code, 0) << result.err;
+    std::string lines;
+    for (const std::string& line : lines_of(result.err)) {
+      if (line.rfind("[rank", 0) != 0) lines += line + "\n";
+    }
+    return lines;
+  };
+  const std::string none_shown = shmrun_lines("5");
+  EXPECT_NE(none_shown.find("shmrun: warning: --local-ranks-filter names local rank(s) 5, but the "
+                            "2 ranks are 0-1: no rank's output is shown on the console\n"),
+            std::string::npos)
+      << none_shown;
+  const std::string some_shown = shmrun_lines("1,7,2");
+  EXPECT_NE(some_shown.find("shmrun: warning: --local-ranks-filter names local rank(s) 7,2, but "
+                            "the 2 ranks are 0-1\n"),
+            std::string::npos)
+      << some_shown;
+  EXPECT_EQ(shmrun_lines("1").find("--local-ranks-filter"), std::string::npos);
+}
+
 TEST(Output, LogDirWritesOneFilePerRankAndStillShowsTheConsole) {
   TempDir dir;
   const std::string log_dir = dir.path() + "/logs/nested";
