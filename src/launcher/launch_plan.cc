@@ -77,6 +77,24 @@ void make_directories(const std::string& path) {
   }
 }
 
+// This run's log directory, made new as torchrun makes it: <--log-dir>/<run id>_XXXXXX, or for
+// --redirects/--tee without --log-dir /tmp/shmrun-<run id>-XXXXXX. Earlier runs' logs stay.
+std::string make_run_directory(const std::optional<std::string>& log_dir,
+                               const std::string& run_id) {
+  std::string path = "/tmp/shmrun-" + sanitize_run_id(run_id) + "-XXXXXX";
+  if (log_dir) {
+    std::string base = *log_dir;
+    while (base.size() > 1 && base.back() == '/')
+      base.pop_back();
+    make_directories(base);
+    path = base + "/" + sanitize_run_id(run_id) + "_XXXXXX";
+  }
+  if (mkdtemp(path.data()) == nullptr) {
+    throw LaunchError("cannot create log directory " + path + ": " + std::strerror(errno), 1);
+  }
+  return path;
+}
+
 // The host's simulated NPUs that shmrun sees, as its ranks' device layer will: the inherited
 // ASCEND_RT_VISIBLE_DEVICES, else all of them. A malformed list is a LaunchError naming `option`.
 std::vector<int> visible_devices(const char* option) {
@@ -238,7 +256,7 @@ LaunchPlan make_launch_plan(const Options& options, std::vector<std::string>* wa
   std::vector<std::string> devices;
   if (options.virtual_local_rank) devices = virtual_devices(plan.world_size);
 
-  std::string log_dir = options.log_dir.value_or("");
+  unsigned logged = kNoStream;      // streams of any rank written to a log file
   unsigned duplicated = kNoStream;  // streams of any rank the filters see
   for (int rank = 0; rank < plan.world_size; ++rank) {
     RankPlan rank_plan;
@@ -250,30 +268,16 @@ LaunchPlan make_launch_plan(const Options& options, std::vector<std::string>* wa
     rank_plan.duplicated = rank_plan.routing.file & rank_plan.routing.console &
                            ((options.duplicate_stdout_filters.empty() ? 0u : kStdout) |
                             (options.duplicate_stderr_filters.empty() ? 0u : kStderr));
+    logged |= rank_plan.routing.file;
     duplicated |= rank_plan.duplicated;
-    if (rank_plan.routing.file != kNoStream && log_dir.empty()) {
-      // torchrun's behaviour: --redirects/--tee without --log-dir log to a temporary directory.
-      std::string temporary = "/tmp/shmrun-" + sanitize_run_id(plan.run_id) + "-XXXXXX";
-      if (mkdtemp(temporary.data()) == nullptr) {
-        throw LaunchError(
-            "cannot create a log directory in /tmp: " + std::string(std::strerror(errno)), 1);
-      }
-      log_dir = temporary;
-      if (warnings != nullptr) warnings->push_back("rank logs are written to " + log_dir);
-    }
-    if (rank_plan.routing.file != kNoStream) {
-      rank_plan.log_file = log_dir + "/rank" + std::to_string(rank) + ".log";
-    }
     plan.ranks.push_back(std::move(rank_plan));
   }
-  if (options.log_dir) make_directories(*options.log_dir);
-  if (!log_dir.empty()) {
-    for (RankPlan& rank_plan : plan.ranks) {
-      rank_plan.error_file = log_dir + "/rank" + std::to_string(rank_plan.rank) + ".error.json";
-    }
+  // torchrun's behaviour: --redirects/--tee without --log-dir log to a temporary directory.
+  if (options.log_dir || logged != kNoStream) {
+    plan.logs.run_dir = make_run_directory(options.log_dir, plan.run_id);
   }
   const auto plan_duplicate = [&](const std::vector<std::string>& filters, StreamMask stream,
-                                  const char* name, DuplicatePlan& out) {
+                                  const char* name, std::vector<std::string>& out) {
     if (filters.empty()) return;
     const std::string flag =
         stream == kStdout ? "--duplicate-stdout-filters" : "--duplicate-stderr-filters";
@@ -284,11 +288,12 @@ LaunchPlan make_launch_plan(const Options& options, std::vector<std::string>* wa
       }
       return;
     }
-    out.filters = filters;
-    out.file = log_dir + "/filtered_" + name + ".log";
+    out = filters;
   };
-  plan_duplicate(options.duplicate_stdout_filters, kStdout, "stdout", plan.duplicate_stdout);
-  plan_duplicate(options.duplicate_stderr_filters, kStderr, "stderr", plan.duplicate_stderr);
+  plan_duplicate(options.duplicate_stdout_filters, kStdout, "stdout",
+                 plan.duplicate_stdout_filters);
+  plan_duplicate(options.duplicate_stderr_filters, kStderr, "stderr",
+                 plan.duplicate_stderr_filters);
   return plan;
 }
 
@@ -332,15 +337,27 @@ std::vector<std::string> LaunchPlan::rank_env(int rank, int restart_count,
   set("SHMCCL_LOCK_FD", std::to_string(lock_fd));
   if (timeout) set("SHMCCL_TIMEOUT", *timeout);
   if (device) set(device::kVisibleDevicesVariable, *device);
-  set("TORCHELASTIC_ERROR_FILE", error_file(rank, job_namespace));
+  set("TORCHELASTIC_ERROR_FILE", error_file(rank, restart_count, job_namespace));
   return env;
 }
 
-std::string LaunchPlan::error_file(int rank, const std::string& job_namespace) const {
-  const size_t index = static_cast<size_t>(rank);
-  if (index < ranks.size() && !ranks[index].error_file.empty()) return ranks[index].error_file;
+std::string LaunchPlan::error_file(int rank, int restart_count,
+                                   const std::string& job_namespace) const {
+  if (!logs.empty()) return logs.error_file(restart_count, rank);
   return std::string(kShmDir) + "/" + kShmPrefix + job_namespace + ".rank" + std::to_string(rank) +
          ".error.json";
+}
+
+std::vector<std::string> LaunchPlan::log_files(int rank, int restart_count) const {
+  std::vector<std::string> files;
+  const size_t index = static_cast<size_t>(rank);
+  if (logs.empty() || index >= ranks.size()) return files;
+  for (StreamMask stream : {kStdout, kStderr}) {
+    if (ranks[index].routing.file & stream) {
+      files.push_back(logs.stream_file(restart_count, rank, stream));
+    }
+  }
+  return files;
 }
 
 }  // namespace shmccl::launcher

@@ -1,9 +1,9 @@
 // Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
 //
 // LaunchPlan: everything decided once, before the first rank starts, from the command line and
-// the machine: the resolved program, world size, job id, master address and port, each rank's
-// output routing, log file and CPU binding. rank_env() builds the environment a rank sees; it is
-// the launcher's half of the contract with init_process_group() (docs/launcher.md).
+// the machine: the resolved program, world size, job id, master address and port, the run's log
+// directory, each rank's output routing and CPU binding. rank_env() builds the environment a rank
+// sees; it is the launcher's half of the contract with init_process_group() (docs/launcher.md).
 #pragma once
 
 #include <optional>
@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/log_layout.h"
 #include "launcher/numa_binding.h"
 #include "launcher/options.h"
 #include "launcher/output_mux.h"
@@ -19,22 +20,12 @@ namespace shmccl::launcher {
 
 struct RankPlan {
   int rank = 0;
-  OutputRouting routing;
+  OutputRouting routing;  // routing.file: the streams written to the rank's log files
   Binding binding;
-  std::string log_file;  // empty: none
   // Teed streams (kStdout, kStderr bits) whose lines the duplicate filters see.
   unsigned duplicated = kNoStream;
   // --virtual-local-rank: the one physical NPU the rank sees (ASCEND_RT_VISIBLE_DEVICES).
   std::optional<std::string> visible_device;
-  // TORCHELASTIC_ERROR_FILE in the log directory, kept after the job; empty: no log directory
-  // (see LaunchPlan::error_file).
-  std::string error_file;
-};
-
-// --duplicate-stdout-filters or --duplicate-stderr-filters: one file for every rank's lines.
-struct DuplicatePlan {
-  std::vector<std::string> filters;  // empty: none
-  std::string file;                  // <log dir>/filtered_std{out,err}.log
 };
 
 struct LaunchPlan {
@@ -56,14 +47,22 @@ struct LaunchPlan {
   bool prefix = true;
   bool verbose = false;
   std::string trace_file;  // SHMCCL_TRACE_FILE, for the failure summary
-  DuplicatePlan duplicate_stdout;
-  DuplicatePlan duplicate_stderr;
+  // --log-dir, or a temporary directory for --redirects/--tee without it: this run's directory.
+  LogLayout logs;
+  // --duplicate-stdout-filters and --duplicate-stderr-filters (empty: none), whose lines go to
+  // logs.filtered_file(): one file for every rank's lines.
+  std::vector<std::string> duplicate_stdout_filters;
+  std::vector<std::string> duplicate_stderr_filters;
   std::vector<RankPlan> ranks;
 
-  // The rank's TORCHELASTIC_ERROR_FILE in the attempt whose namespace is `job_namespace`: the
-  // rank's error_file, or /dev/shm/shmccl.<namespace>.rank<N>.error.json, which goes with the
-  // attempt's other objects (and with them after a SIGKILLed shmrun, see stale_cleanup.h).
-  std::string error_file(int rank, const std::string& job_namespace) const;
+  // The rank's TORCHELASTIC_ERROR_FILE in attempt `restart_count`, whose namespace is
+  // `job_namespace`: error.json in its log directory, kept after the job, or without one
+  // /dev/shm/shmccl.<namespace>.rank<N>.error.json, which goes with the attempt's other objects
+  // (and with them after a SIGKILLed shmrun, see stale_cleanup.h).
+  std::string error_file(int rank, int restart_count, const std::string& job_namespace) const;
+  // The rank's log files in attempt `restart_count`: stdout.log and stderr.log, those of them its
+  // routing writes.
+  std::vector<std::string> log_files(int rank, int restart_count) const;
   // The whole environment of `rank` in one attempt.
   std::vector<std::string> rank_env(int rank, int restart_count, const std::string& job_namespace,
                                     int lock_fd) const;

@@ -112,6 +112,11 @@ int run_job(const Options& options) {
   for (const std::string& warning : warnings) {
     std::fprintf(stderr, "shmrun: warning: %s\n", warning.c_str());
   }
+  if (!plan.logs.empty()) {
+    // Its name is new for every run: say where it is.
+    std::fprintf(stderr, "shmrun: logs of this run go to %s/attempt_<restart>/<local rank>/\n",
+                 plan.logs.run_dir.c_str());
+  }
 
   remove_what_killed_launchers_left();
   const std::time_t job_start = std::time(nullptr) - 1;  // st_mtime has whole seconds here
@@ -153,8 +158,12 @@ int run_job(const Options& options) {
     char host[256] = "?";
     gethostname(host, sizeof(host) - 1);
     context.host = host;
-    for (const RankPlan& rank : plan.ranks)
-      context.log_files.push_back(rank.log_file);
+    for (const RankPlan& rank : plan.ranks) {
+      std::string files;
+      for (const std::string& file : plan.log_files(rank.rank, restart))
+        files += (files.empty() ? "" : ", ") + file;
+      context.log_files.push_back(files);
+    }
     context.trace_file = plan.trace_file;
     for (const RankPlan& rank : plan.ranks) {
       // Written by this job: a file from an earlier run does not count.

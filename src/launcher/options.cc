@@ -532,16 +532,19 @@ Supervision:
 
 Output:
   --no-prefix               print rank output without the "[rankN]:" prefix
-  --log-dir DIR             also write each rank's output to DIR/rank<N>.log
+  --log-dir DIR             also write each rank's output to files in a new directory per
+                            run, as torchrun: DIR/<run id>_XXXXXX/attempt_<restart>/
+                            <local rank>/stdout.log and stderr.log
   -r, --redirects 0-3|LR:0-3,...
                             send stdout (1), stderr (2) or both (3) to the log file only
   -t, --tee 0-3|LR:0-3,...  send those streams to the log file and the console
   --local-ranks-filter 0,3  show only these ranks' output on the console
   --duplicate-stdout-filters TEXT,...
                             also copy teed stdout lines that contain any TEXT (",," is a
-                            comma) to DIR/filtered_stdout.log, every rank's in one file
+                            comma) to filtered_stdout.log in the attempt's log directory,
+                            every rank's in one file
   --duplicate-stderr-filters TEXT,...
-                            the same for stderr, to DIR/filtered_stderr.log
+                            the same for stderr, to filtered_stderr.log
 
   -v, --verbose             log what shmrun does (ranks, pids, bindings)
 

@@ -60,7 +60,7 @@ struct Rank {
   const RankPlan* plan = nullptr;
   std::string error_file;  // its TORCHELASTIC_ERROR_FILE
   ChildProcess child;
-  FileDescriptor log_file;
+  FileDescriptor out_log, err_log;  // stdout.log and stderr.log, when routed to a file
   Pipe out;
   Pipe err;
 };
@@ -76,15 +76,10 @@ std::pair<FileDescriptor, FileDescriptor> make_pipe() {
   return {std::move(read_end), std::move(write_end)};
 }
 
-FileDescriptor open_log_file(const std::string& path, int restart_count) {
-  const int flags = O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (restart_count == 0 ? O_TRUNC : 0);
-  FileDescriptor fd(open(path.c_str(), flags, 0644));
+// A new log file (every attempt has a directory of its own: see LogLayout).
+FileDescriptor open_log_file(const std::string& path) {
+  FileDescriptor fd(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (!fd) detail::throw_system_error("open(" + path + ")", errno);
-  if (restart_count > 0) {
-    write_all(fd.get(), "==== shmrun: restart " + std::to_string(restart_count) +
-                            " (TORCHELASTIC_RESTART_COUNT=" + std::to_string(restart_count) +
-                            ") ====\n");
-  }
   return fd;
 }
 
@@ -274,7 +269,7 @@ class Supervisor {
     }
     // Read now: without a log directory the file goes with the attempt's shared memory.
     exit.recorded = read_error_file(rank.error_file);
-    if (exit.recorded && !rank.plan->error_file.empty()) exit.error_file = rank.error_file;
+    if (exit.recorded && !plan_.logs.empty()) exit.error_file = rank.error_file;
     // Ctrl-C reaches the ranks and shmrun at once: a rank killed by it is not the root cause of
     // a failure, so look at shmrun's own pending signals before blaming the rank.
     if (!stopping_) handle_signals();
@@ -468,13 +463,13 @@ struct DuplicateFiles {
   DuplicateSink out, err;
 
   DuplicateFiles(const LaunchPlan& plan, int restart_count) {
-    if (!plan.duplicate_stdout.file.empty()) {
-      out_file = open_log_file(plan.duplicate_stdout.file, restart_count);
-      out = DuplicateSink{plan.duplicate_stdout.filters, out_file.get()};
+    if (!plan.duplicate_stdout_filters.empty()) {
+      out_file = open_log_file(plan.logs.filtered_file(restart_count, kStdout));
+      out = DuplicateSink{plan.duplicate_stdout_filters, out_file.get()};
     }
-    if (!plan.duplicate_stderr.file.empty()) {
-      err_file = open_log_file(plan.duplicate_stderr.file, restart_count);
-      err = DuplicateSink{plan.duplicate_stderr.filters, err_file.get()};
+    if (!plan.duplicate_stderr_filters.empty()) {
+      err_file = open_log_file(plan.logs.filtered_file(restart_count, kStderr));
+      err = DuplicateSink{plan.duplicate_stderr_filters, err_file.get()};
     }
   }
 };
@@ -484,26 +479,28 @@ Rank start_rank(const LaunchPlan& plan, const RankPlan& rank_plan, int restart_c
                 ConsoleSink& err_console, const DuplicateFiles& duplicates) {
   Rank rank;
   rank.plan = &rank_plan;
-  rank.error_file = plan.error_file(rank_plan.rank, job_namespace.name());
-  // An error file of an earlier attempt (or job, in a reused log directory) would be taken for
-  // this attempt's.
-  unlink(rank.error_file.c_str());
-  if (!rank_plan.log_file.empty()) {
-    rank.log_file = open_log_file(rank_plan.log_file, restart_count);
+  // New for every attempt (a directory of the attempt, or its namespace): no file of an earlier
+  // attempt or job can be taken for this attempt's.
+  rank.error_file = plan.error_file(rank_plan.rank, restart_count, job_namespace.name());
+  const unsigned console = rank_plan.routing.console, file = rank_plan.routing.file;
+  if (file & kStdout) {
+    rank.out_log = open_log_file(plan.logs.stream_file(restart_count, rank_plan.rank, kStdout));
+  }
+  if (file & kStderr) {
+    rank.err_log = open_log_file(plan.logs.stream_file(restart_count, rank_plan.rank, kStderr));
   }
   const std::string prefix =
       plan.prefix ? "[rank" + std::to_string(rank_plan.rank) + "]:" : std::string();
-  const unsigned console = rank_plan.routing.console, file = rank_plan.routing.file;
   auto [out_read, out_write] = make_pipe();
   auto [err_read, err_write] = make_pipe();
   rank.out.read_end = std::move(out_read);
   const unsigned duplicated = rank_plan.duplicated;
   rank.out.stream = std::make_unique<RankStream>(
-      console & kStdout ? &out_console : nullptr, prefix, file & kStdout ? rank.log_file.get() : -1,
+      console & kStdout ? &out_console : nullptr, prefix, rank.out_log ? rank.out_log.get() : -1,
       duplicated & kStdout && duplicates.out.fd >= 0 ? &duplicates.out : nullptr);
   rank.err.read_end = std::move(err_read);
   rank.err.stream = std::make_unique<RankStream>(
-      console & kStderr ? &err_console : nullptr, prefix, file & kStderr ? rank.log_file.get() : -1,
+      console & kStderr ? &err_console : nullptr, prefix, rank.err_log ? rank.err_log.get() : -1,
       duplicated & kStderr && duplicates.err.fd >= 0 ? &duplicates.err : nullptr);
 
   SpawnRequest request;
@@ -521,8 +518,8 @@ Rank start_rank(const LaunchPlan& plan, const RankPlan& rank_plan, int restart_c
   }
   rank.child = ChildProcess::spawn(request);
   SHMCCL_INFO(kLaunch, "rank ", rank_plan.rank, ": pid ", rank.child.pid(), ", binding ",
-              rank_plan.binding.describe(), rank_plan.log_file.empty() ? "" : ", log ",
-              rank_plan.log_file);
+              rank_plan.binding.describe(), plan.logs.empty() ? "" : ", logs in ",
+              plan.logs.empty() ? "" : plan.logs.rank_dir(restart_count, rank_plan.rank));
   return rank;
 }
 
@@ -539,6 +536,9 @@ AttemptResult WorkerGroup::run(int restart_count) {
   std::optional<ConsoleSink> separate_err_console;
   if (!same_file(STDOUT_FILENO, STDERR_FILENO)) separate_err_console.emplace(STDERR_FILENO);
   ConsoleSink& err_console = separate_err_console ? *separate_err_console : out_console;
+  if (!plan_.logs.empty()) {
+    plan_.logs.make_attempt_dirs(restart_count, static_cast<int>(plan_.ranks.size()));
+  }
   const DuplicateFiles duplicates(plan_, restart_count);
   std::vector<Rank> ranks;  // declared after the namespace: ranks are reaped before removal
   ranks.reserve(plan_.ranks.size());  // never reallocated: the loop's handlers point into it

@@ -48,7 +48,7 @@ TEST(ErrorFile, InTheLogDirectoryItIsKeptAndNamed) {
   const RunResult result =
       run_shmrun({"--log-dir", dir.path(), "--nproc-per-node", "2", kShmcclWorker, "throw", "0"});
   EXPECT_EQ(result.exit_code, 128 + SIGABRT) << result.err;
-  const std::string path = dir.path() + "/rank0.error.json";
+  const std::string path = run_log_dir(result.err) + "/attempt_0/0/error.json";
   EXPECT_NE(root_cause(result.err).find("error_file : " + path), std::string::npos) << result.err;
   const std::optional<json::Value> file = json::parse(read_file(path));
   ASSERT_TRUE(file && file->is_object()) << read_file(path);
@@ -82,18 +82,18 @@ TEST(ErrorFile, ATorchErrorFileShowsItsPythonTraceback) {
       << result.err;
 }
 
-// A file left by an earlier job in a reused log directory is not taken for this one's, and a
-// rank that wrote nothing gets no traceback.
-TEST(ErrorFile, AStaleFileIsNotReported) {
+// A file an earlier job left in a reused log directory is not taken for this one's (each run
+// has a directory of its own), and a rank that wrote nothing gets no traceback.
+TEST(ErrorFile, AnEarlierRunsFileIsNotReported) {
   TempDir dir;
-  {
-    std::ofstream stale(dir.path() + "/rank0.error.json");
-    stale << R"({"message": "RuntimeError: from an earlier job"})";
-  }
+  const RunResult earlier =
+      run_shmrun({"--log-dir", dir.path(), "--nproc-per-node", "2", kWorker, "error-file", "0"});
+  EXPECT_EQ(earlier.exit_code, 1) << earlier.err;
+  EXPECT_NE(earlier.err.find("loss is NaN"), std::string::npos) << earlier.err;
   const RunResult result =
       run_shmrun({"--log-dir", dir.path(), "--nproc-per-node", "2", kWorker, "exit", "3", "0"});
   EXPECT_EQ(result.exit_code, 3) << result.err;
-  EXPECT_EQ(result.err.find("earlier job"), std::string::npos) << result.err;
+  EXPECT_EQ(result.err.find("loss is NaN"), std::string::npos) << result.err;
   EXPECT_EQ(root_cause(result.err).find("traceback"), std::string::npos) << result.err;
 }
 

@@ -106,7 +106,11 @@ TEST(Failure, TheSummaryNamesLogAndTraceFiles) {
                  {"SHMCCL_TRACE_FILE=/tmp/flight"});
   std::filesystem::remove_all(dir);
   EXPECT_EQ(result.exit_code, 5) << result.err;
-  EXPECT_NE(result.err.find("log_file   : " + dir + "/rank0.log"), std::string::npos) << result.err;
+  const std::string rank_dir = run_log_dir(result.err) + "/attempt_0/0";
+  EXPECT_NE(
+      result.err.find("log_file   : " + rank_dir + "/stdout.log, " + rank_dir + "/stderr.log\n"),
+      std::string::npos)
+      << result.err;
   EXPECT_NE(result.err.find("trace_file : /tmp/flight.0"), std::string::npos) << result.err;
 }
 
@@ -403,6 +407,29 @@ TEST(Failure, GivesUpAfterMaxRestarts) {
   EXPECT_EQ(namespaces(result.err).size(), 2u);
   EXPECT_NE(result.err.find("Root Cause"), std::string::npos);
   expect_shm_clean(namespaces(result.err));
+}
+
+// As torchrun: every attempt writes its own attempt_<restart> directory, and the summary names
+// the last attempt's files.
+TEST(Failure, EachAttemptLogsToADirectoryOfItsOwn) {
+  TempDir dir;
+  const std::string counter = dir.path() + "/attempts";
+  const RunResult result = run_shmrun({"--log-dir", dir.path() + "/logs", "--max-restarts=1",
+                                       "--nproc-per-node", "2", kWorker, "attempts", counter, "5"});
+  EXPECT_EQ(result.exit_code, 1) << result.err;
+  const std::string run_dir = run_log_dir(result.err);
+  ASSERT_FALSE(run_dir.empty()) << result.err;
+  for (const std::string attempt : {"0", "1"}) {
+    // Rank 0 fails once it has printed; rank 1 may be stopped before it prints.
+    EXPECT_EQ(read_file(run_dir + "/attempt_" + attempt + "/0/stdout.log"),
+              "restart=" + attempt + "\n");
+    EXPECT_TRUE(std::filesystem::exists(run_dir + "/attempt_" + attempt + "/1/stdout.log"));
+  }
+  const std::string rank_dir = run_dir + "/attempt_1/0";
+  EXPECT_NE(
+      result.err.find("log_file   : " + rank_dir + "/stdout.log, " + rank_dir + "/stderr.log\n"),
+      std::string::npos)
+      << result.err;
 }
 
 TEST(Failure, RanksDieWithAKilledShmrun) {

@@ -259,6 +259,16 @@ inline std::string line_with(const std::string& text, const std::string& needle)
   return text.substr(from, end == std::string::npos ? end : end - from);
 }
 
+// This run's log directory, from shmrun's "logs of this run go to DIR/attempt_<restart>/..."
+// line ("" if it printed none).
+inline std::string run_log_dir(const std::string& err) {
+  const std::string marker = "shmrun: logs of this run go to ";
+  const std::string line = line_with(err, marker);
+  const size_t end = line.rfind("/attempt_<restart>/");
+  if (line.rfind(marker, 0) != 0 || end == std::string::npos) return "";
+  return line.substr(marker.size(), end - marker.size());
+}
+
 // Rank pids from shmrun -v ("rank 1: pid 1234, ...").
 inline std::vector<pid_t> rank_pids(const std::string& err) {
   std::vector<pid_t> pids;

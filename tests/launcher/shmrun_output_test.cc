@@ -20,11 +20,11 @@ std::vector<std::string> lines_of(const std::string& text) {
   return lines;
 }
 
-// Lines that come from ranks (shmrun's own log lines and warnings on stderr are skipped).
+// Lines that come from ranks (shmrun's own log lines, warnings and notes on stderr are skipped).
 std::vector<std::string> rank_lines(const std::string& text) {
   std::vector<std::string> lines;
   for (const std::string& line : lines_of(text)) {
-    if (line.find("shmccl INFO") == std::string::npos && line.rfind("shmrun: warning: ", 0) != 0) {
+    if (line.find("shmccl INFO") == std::string::npos && line.rfind("shmrun: ", 0) != 0) {
       lines.push_back(line);
     }
   }
@@ -160,20 +160,42 @@ TEST(Output, LocalRanksFilterWarnsAboutRanksOutOfRange) {
   EXPECT_EQ(shmrun_lines("1").find("--local-ranks-filter"), std::string::npos);
 }
 
-TEST(Output, LogDirWritesOneFilePerRankAndStillShowsTheConsole) {
+// torchrun's layout: a new directory per run, <log dir>/<run id>_XXXXXX, and in it
+// attempt_<restart>/<local rank>/stdout.log and stderr.log; the console shows the lines too.
+TEST(Output, LogDirWritesEachRanksStreamsToFilesOfTheirOwn) {
   TempDir dir;
   const std::string log_dir = dir.path() + "/logs/nested";
   const RunResult result =
-      run_shmrun({"--log-dir", log_dir, "--nproc-per-node", "2", kWorker, "lines", "2"});
+      run_shmrun({"--log-dir", log_dir + "/", "--nproc-per-node", "2", kWorker, "lines", "2"});
   ASSERT_EQ(result.exit_code, 0) << result.err;
+  const std::string run_dir = run_log_dir(result.err);
+  ASSERT_EQ(run_dir.rfind(log_dir + "/none_", 0), 0u) << result.err;
+  EXPECT_EQ(run_dir.size(), log_dir.size() + 6 + 6) << "<run id>_ and 6 random characters";
   for (int rank = 0; rank < 2; ++rank) {
     const std::string r = std::to_string(rank);
-    std::vector<std::string> lines = lines_of(read_file(log_dir + "/rank" + r + ".log"));
-    std::sort(lines.begin(), lines.end());
-    EXPECT_EQ(lines, (std::vector<std::string>{"rank " + r + " err 0", "rank " + r + " err 1",
-                                               "rank " + r + " line 0", "rank " + r + " line 1"}));
+    const std::string rank_dir = run_dir + "/attempt_0/" + r;
+    EXPECT_EQ(read_file(rank_dir + "/stdout.log"),
+              "rank " + r + " line 0\nrank " + r + " line 1\n");
+    EXPECT_EQ(read_file(rank_dir + "/stderr.log"), "rank " + r + " err 0\nrank " + r + " err 1\n");
     EXPECT_NE(result.out.find("[rank" + r + "]:rank " + r + " line 1"), std::string::npos);
   }
+}
+
+// Each run gets a directory of its own: a second run with the same --log-dir leaves the first
+// run's logs as they were.
+TEST(Output, ARunNeverOverwritesAnEarlierRunsLogs) {
+  TempDir dir;
+  const RunResult first =
+      run_shmrun({"--log-dir", dir.path(), "--run-id", "job", kWorker, "lines", "1"});
+  const RunResult second =
+      run_shmrun({"--log-dir", dir.path(), "--run-id", "job", kWorker, "lines", "2"});
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  const std::string first_dir = run_log_dir(first.err), second_dir = run_log_dir(second.err);
+  EXPECT_EQ(first_dir.rfind(dir.path() + "/job_", 0), 0u) << first.err;
+  EXPECT_NE(first_dir, second_dir);
+  EXPECT_EQ(read_file(first_dir + "/attempt_0/0/stdout.log"), "rank 0 line 0\n");
+  EXPECT_EQ(read_file(second_dir + "/attempt_0/0/stdout.log"), "rank 0 line 0\nrank 0 line 1\n");
 }
 
 TEST(Output, RedirectsSendStreamsToTheFileOnly) {
@@ -183,7 +205,20 @@ TEST(Output, RedirectsSendStreamsToTheFileOnly) {
   ASSERT_EQ(result.exit_code, 0) << result.err;
   EXPECT_TRUE(rank_lines(result.out).empty()) << result.out;
   EXPECT_TRUE(rank_lines(result.err).empty()) << result.err;
-  EXPECT_NE(read_file(dir.path() + "/rank1.log").find("rank 1 line 1"), std::string::npos);
+  EXPECT_NE(read_file(run_log_dir(result.err) + "/attempt_0/1/stdout.log").find("rank 1 line 1"),
+            std::string::npos);
+}
+
+// torchrun's behaviour: --redirects or --tee without --log-dir log to a new temporary directory.
+TEST(Output, RedirectsWithoutALogDirUseATemporaryOne) {
+  const RunResult result = run_shmrun({"-r", "1", "--run-id", "tmp_logs", kWorker, "lines", "1"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const std::string run_dir = run_log_dir(result.err);
+  EXPECT_EQ(run_dir.rfind("/tmp/shmrun-tmp_logs-", 0), 0u) << result.err;
+  EXPECT_EQ(read_file(run_dir + "/attempt_0/0/stdout.log"), "rank 0 line 0\n");
+  EXPECT_FALSE(std::filesystem::exists(run_dir + "/attempt_0/0/stderr.log"))
+      << "stderr goes to the console only";
+  std::filesystem::remove_all(run_dir);
 }
 
 TEST(Output, TeeAndRedirectsPerLocalRank) {
@@ -192,8 +227,11 @@ TEST(Output, TeeAndRedirectsPerLocalRank) {
   const RunResult result = run_shmrun({"--log-dir", dir.path(), "--tee", "0:1", "--redirects=1:2",
                                        "--nproc-per-node", "2", kWorker, "lines", "1"});
   ASSERT_EQ(result.exit_code, 0) << result.err;
-  EXPECT_EQ(read_file(dir.path() + "/rank0.log"), "rank 0 line 0\n");
-  EXPECT_EQ(read_file(dir.path() + "/rank1.log"), "rank 1 err 0\n");
+  const std::string attempt = run_log_dir(result.err) + "/attempt_0";
+  EXPECT_EQ(read_file(attempt + "/0/stdout.log"), "rank 0 line 0\n");
+  EXPECT_FALSE(std::filesystem::exists(attempt + "/0/stderr.log"));
+  EXPECT_EQ(read_file(attempt + "/1/stderr.log"), "rank 1 err 0\n");
+  EXPECT_FALSE(std::filesystem::exists(attempt + "/1/stdout.log"));
   EXPECT_NE(result.out.find("[rank0]:rank 0 line 0"), std::string::npos);
   EXPECT_NE(result.err.find("[rank0]:rank 0 err 0"), std::string::npos);
   EXPECT_NE(result.out.find("[rank1]:rank 1 line 0"), std::string::npos);
@@ -208,17 +246,18 @@ TEST(Output, DuplicateFiltersCopyMatchingTeedLinesOfEveryRankToOneFile) {
       {"--log-dir", dir.path(), "--tee", "3", "--duplicate-stdout-filters", "line 1,line 3",
        "--duplicate-stderr-filters", "err 2", "--nproc-per-node", "3", kWorker, "lines", "4"});
   ASSERT_EQ(result.exit_code, 0) << result.err;
-  std::vector<std::string> out = lines_of(read_file(dir.path() + "/filtered_stdout.log"));
+  const std::string attempt = run_log_dir(result.err) + "/attempt_0";
+  std::vector<std::string> out = lines_of(read_file(attempt + "/filtered_stdout.log"));
   std::sort(out.begin(), out.end());
   EXPECT_EQ(out, (std::vector<std::string>{"[rank0]:rank 0 line 1", "[rank0]:rank 0 line 3",
                                            "[rank1]:rank 1 line 1", "[rank1]:rank 1 line 3",
                                            "[rank2]:rank 2 line 1", "[rank2]:rank 2 line 3"}));
-  std::vector<std::string> err = lines_of(read_file(dir.path() + "/filtered_stderr.log"));
+  std::vector<std::string> err = lines_of(read_file(attempt + "/filtered_stderr.log"));
   std::sort(err.begin(), err.end());
   EXPECT_EQ(err, (std::vector<std::string>{"[rank0]:rank 0 err 2", "[rank1]:rank 1 err 2",
                                            "[rank2]:rank 2 err 2"}));
   expect_every_line(result.out, "line", 3, 4);
-  EXPECT_EQ(lines_of(read_file(dir.path() + "/rank2.log")).size(), 8u);
+  EXPECT_EQ(lines_of(read_file(attempt + "/2/stdout.log")).size(), 4u);
 }
 
 // As torchrun: only teed streams are copied (a rank the console filter hides, or a stream sent
@@ -230,8 +269,9 @@ TEST(Output, DuplicateFiltersSeeOnlyTeedStreams) {
                   "1", "--duplicate-stdout-filters", "line", "--duplicate-stderr-filters", "err",
                   "--nproc-per-node", "2", kWorker, "lines", "1"});
   ASSERT_EQ(result.exit_code, 0) << result.err;
-  EXPECT_EQ(read_file(dir.path() + "/filtered_stdout.log"), "[rank1]:rank 1 line 0\n");
-  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/filtered_stderr.log"));
+  const std::string attempt = run_log_dir(result.err) + "/attempt_0";
+  EXPECT_EQ(read_file(attempt + "/filtered_stdout.log"), "[rank1]:rank 1 line 0\n");
+  EXPECT_FALSE(std::filesystem::exists(attempt + "/filtered_stderr.log"));
   EXPECT_NE(result.err.find("--duplicate-stderr-filters copies nothing: no rank's stderr is teed"),
             std::string::npos)
       << result.err;
