@@ -222,8 +222,9 @@ std::unique_ptr<transport::GroupTransport> Rendezvous::connect_group(
   SHMCCL_CHECK(position != global_ranks.end(), "rank ", job_.rank, " is not in group ", key);
   const int group_rank = static_cast<int>(position - global_ranks.begin());
   const int group_size = static_cast<int>(global_ranks.size());
-  const std::string name_key = prefix_ + key + "/control";
-  const std::string creating_key = prefix_ + key + "/creating";
+  const std::string name_key = group_key(key, "control");
+  const std::string creating_key = group_key(key, "creating");
+  // Why a rank of the group will never join it ("" while it may).
   std::function<std::string(int)> exited;
   if (world != nullptr) {
     exited = [world, &key](int rank) -> std::string {
@@ -285,7 +286,7 @@ std::unique_ptr<transport::GroupTransport> Rendezvous::connect_group(
     } catch (const SystemError& error) {
       if (error.error_code() != ENOENT) throw;
       // A member that gave up on the group removed the name, and left its reason first.
-      const std::string failed_key = prefix_ + key + "/failed";
+      const std::string failed_key = group_key(key, "failed");
       throw RemoteError(
           detail::concat("group ", key, " failed before rank ", job_.rank, " joined it: ",
                          store_->check({failed_key})
@@ -296,9 +297,9 @@ std::unique_ptr<transport::GroupTransport> Rendezvous::connect_group(
   groups_connected_ = creation;
   fault::point(fault::Point::kRendezvous, job_.rank, creation);
   try {
-    std::function<std::string(int)> lost;
-    if (exited)
-      lost = [&](int member) { return exited(global_ranks[static_cast<size_t>(member)]); };
+    const std::function<std::string(int)> lost = [&](int member) {
+      return exited(global_ranks[static_cast<size_t>(member)]);
+    };
     transport->wait_for_all_attached(deadline, job_oversubscribed,
                                      static_cast<int>(global_ranks.size()) == job_.world_size,
                                      lost);
@@ -307,7 +308,7 @@ std::unique_ptr<transport::GroupTransport> Rendezvous::connect_group(
     // first (its first rank may be the one that exited), and the reason stays for a member that
     // finds the name gone.
     try {
-      store_->set(prefix_ + key + "/failed", error.what());
+      store_->set(group_key(key, "failed"), error.what());
     } catch (const std::exception&) {
     }
     transport::ShmSegment::unlink_name(name);
@@ -331,19 +332,17 @@ std::string Rendezvous::wait_for_control_name(const std::string& key, int first_
                                               std::chrono::steady_clock::time_point deadline,
                                               std::chrono::milliseconds timeout,
                                               const std::function<std::string(int)>& exited) {
-  const std::string name_key = prefix_ + key + "/control";
-  // The store knows no processes: a sub-group's member looks at its first rank's process (which
-  // the default group's peer monitor watches) between short waits.
+  const std::string name_key = group_key(key, "control");
+  // The store knows no processes: a member looks at its first rank's process between short waits.
   constexpr std::chrono::milliseconds kSlice{20};
   while (true) {
     const auto left =
         std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     try {
-      store_->wait({name_key}, exited ? std::clamp(left, std::chrono::milliseconds(1), kSlice)
-                                      : std::max(left, std::chrono::milliseconds(1)));
+      store_->wait({name_key}, std::clamp(left, std::chrono::milliseconds(1), kSlice));
       return store_->get(name_key);
     } catch (const TimeoutError&) {
-      if (!exited || left <= kSlice) {
+      if (left <= kSlice) {
         throw TimeoutError(detail::concat("init: rank ", first_rank, " (the first rank of group ",
                                           key, ") did not arrive within ", timeout.count(),
                                           " ms; job '", job_.job_id, "'"));
@@ -353,7 +352,7 @@ std::string Rendezvous::wait_for_control_name(const std::string& key, int first_
     if (why.empty()) continue;
     // It cannot publish any more: what it published before it exited is all there is.
     if (store_->check({name_key})) return store_->get(name_key);
-    const std::string creating_key = prefix_ + key + "/creating";
+    const std::string creating_key = group_key(key, "creating");
     if (store_->check({creating_key}))
       transport::ShmSegment::unlink_name(store_->get(creating_key));
     throw RemoteError(why + " (its first rank, which makes its control block)");

@@ -64,6 +64,11 @@ class Rendezvous {
   void unlink_lock();  // removes the lock's name if it still names our lock file
   // Claims this rank's key in the store: a second process with the same rank is an error.
   void claim_rank();
+  // The store key of group `key`'s `what` ("control": its block's name; "creating": the name
+  // its first rank is making; "failed": why it will not come together).
+  std::string group_key(const std::string& key, const char* what) const {
+    return prefix_ + key + "/" + what;
+  }
   // The pid that rank `rank` left in the store as it claimed its rank; 0 while there is none.
   pid_t claimed_pid(int rank);
   // With a plugged-in store and no job id: rank 0 draws the namespace, the others read it.
