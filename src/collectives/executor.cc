@@ -147,6 +147,7 @@ BufferRef buffer_ref(const Tensor& tensor) {
 void fill_descriptor(const OpPlan& plan, OpDescriptor& descriptor) {
   descriptor.sequence = plan.sequence;
   descriptor.kind = plan.kind;
+  descriptor.uneven_name = plan.uneven_name ? 1 : 0;
   descriptor.dtype = static_cast<uint8_t>(plan.dtype);
   descriptor.reduce_op = static_cast<uint8_t>(plan.reduce_op);
   descriptor.root = plan.root;
@@ -319,8 +320,9 @@ void run_pool(detail::GroupState& state, ExecContext& context, const Algorithm& 
         return detail::concat("in ", context.plan.name, " (sequence ", sequence, ", timeout ",
                               state.timeout().count(), " ms): waiting for ",
                               end - header.done.load(std::memory_order_acquire),
-                              " chunks of work claimed by ranks ", behind,
-                              ", which have not finished their share");
+                              " chunks of work claimed by ",
+                              transport::ranks_that(behind, ", which has not finished its share",
+                                                    ", which have not finished their share"));
       });
   if (header.done.load(std::memory_order_acquire) < end) [[unlikely]] {
     const int abandoned = abandoned_by();
@@ -341,7 +343,8 @@ void run_pool(detail::GroupState& state, ExecContext& context, const Algorithm& 
 std::string describe(const OpDescriptor& descriptor) {
   std::ostringstream out;
   const auto dtype = static_cast<ScalarType>(descriptor.dtype);
-  out << kind_name(descriptor.kind) << "(sequence=" << descriptor.sequence
+  out << kind_name(descriptor.kind) << (descriptor.uneven_name != 0 ? "_uneven" : "")
+      << "(sequence=" << descriptor.sequence
       << ", dtype=" << (is_valid(dtype) ? dtype_name(dtype) : "invalid");
   if (reduces(descriptor.kind)) {
     out << ", op=" << reduce_op_name(static_cast<ReduceOp>(descriptor.reduce_op));
@@ -411,10 +414,12 @@ RemoteError mismatch(const char* call, int rank, const OpDescriptor& mine, int p
         [&] { return early.poll(transport, sequence) || early.all_arrived() >= needed; },
         state.timeout(),
         [&] {
-          return detail::concat("before ", plan.name, " (sequence ", sequence, ", timeout ",
-                                state.timeout().count(), " ms): ranks ",
-                                transport::late_ranks(transport, needed),
-                                " have not called collective ", needed);
+          return detail::concat(
+              "before ", plan.name, " (sequence ", sequence, ", timeout ", state.timeout().count(),
+              " ms): ",
+              transport::ranks_that(transport::late_ranks(transport, needed),
+                                    " has not called collective ", " have not called collective "),
+              needed);
         });
     early.throw_if_mismatch(transport, sequence);
   }
@@ -558,14 +563,12 @@ void wait_for_peers_in_zero_copy(detail::GroupState& state, uint64_t sequence) {
       },
       state.timeout(),
       [&] {
-        std::string late = transport::late_ranks(transport, sequence);
-        const char* what = " have not called it";
-        if (late.empty()) {
-          late = "0";
-          what = " have not released it (every rank arrived)";
-        }
+        const std::string late = transport::late_ranks(transport, sequence);
         return detail::concat("in ", plan.name, " (sequence ", sequence, ", timeout ",
-                              state.timeout().count(), " ms): ranks ", late, what);
+                              state.timeout().count(), " ms): ",
+                              late.empty() ? "rank 0 has not released it (every rank arrived)"
+                                           : transport::ranks_that(late, " has not called it",
+                                                                   " have not called it"));
       });
   early.throw_if_mismatch(transport, sequence);
   if (transport.rank() == 0) transport.release_barrier(sequence);
@@ -715,8 +718,8 @@ void run(detail::GroupState& state, const OpPlan& plan) {
                          [&] {
                            return detail::concat(
                                "in ", plan.name, " (sequence ", sequence, ", timeout ",
-                               state.timeout().count(), " ms): ranks ", plan.root,
-                               " have not called it (its source, the rank it waits for)");
+                               state.timeout().count(), " ms): rank ", plan.root,
+                               " has not called it (its source, the rank it waits for)");
                          });
     early.throw_if_mismatch(transport, sequence);
     // The root of a pull has its tensor on the host: every rank takes the host pipeline
@@ -732,8 +735,9 @@ void run(detail::GroupState& state, const OpPlan& plan) {
   } else if (needs == Needs::kEveryone) {
     auto describe = [&] {
       return detail::concat("in ", plan.name, " (sequence ", sequence, ", timeout ",
-                            state.timeout().count(), " ms): ranks ",
-                            transport::late_ranks(transport, sequence), " have not called it");
+                            state.timeout().count(), " ms): ",
+                            transport::ranks_that(transport::late_ranks(transport, sequence),
+                                                  " has not called it", " have not called it"));
     };
     // Every rank that waits here waits for the same arrivals: a shared wait (the collective's
     // sequence names it), beside which ranks sharing a core spin instead of yielding to each
@@ -902,9 +906,11 @@ void settle_early_finishes_before_leaving(detail::GroupState& state) {
       [&] { return early.poll(transport, next) || !early.pending(); }, state.timeout(),
       [&] {
         const uint64_t needed = early.all_arrived() + 1;
-        return detail::concat("leaving the group (timeout ", state.timeout().count(),
-                              " ms): ranks ", transport::late_ranks(transport, needed),
-                              " have not called collective ", needed);
+        return detail::concat(
+            "leaving the group (timeout ", state.timeout().count(), " ms): ",
+            transport::ranks_that(transport::late_ranks(transport, needed),
+                                  " has not called collective ", " have not called collective "),
+            needed);
       });
   early.throw_if_mismatch(transport, next);
 }

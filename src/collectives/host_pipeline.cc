@@ -255,33 +255,45 @@ void Pipeline::pull(uint64_t window) {
 
 std::string Pipeline::describe(const Phase& stage, const Phase& reduce, const Phase& pull) const {
   std::string what;
-  auto add = [&what](const std::string& ranks, const std::string& text) {
+  // `rest` follows "has not" / "have not" (`rest_one` / `rest_many` where they differ).
+  auto add = [&what](const std::string& ranks, const std::string& rest_one,
+                     const std::string& rest_many) {
     if (ranks.empty()) return;
-    what += (what.empty() ? "" : "; ") + ("ranks " + ranks + text);
+    what += (what.empty() ? "" : "; ") +
+            transport::ranks_that(ranks, " has not " + rest_one, " have not " + rest_many);
+  };
+  auto add_same = [&add](const std::string& ranks, const std::string& rest) {
+    add(ranks, rest, rest);
   };
   const uint64_t windows = end_ - base_;
   if (pull.pending()) {
+    const std::string window = detail::concat("window ", pull.next - base_, " of ", windows);
+    // The two-phase all-reduce: each rank reduces its piece of the window before any pull.
     const bool reduces = plan_.kind == OpKind::kAllReduce && g_.pieces;
-    add(behind(reduces ? &RankSlot::reduced : &RankSlot::staged, pull.next + 1),
-        detail::concat(reduces ? " have not reduced their share of" : " have not staged",
-                       " window ", pull.next - base_, " of ", windows));
+    const std::string late =
+        behind(reduces ? &RankSlot::reduced : &RankSlot::staged, pull.next + 1);
+    if (reduces) {
+      add(late, "reduced its share of " + window, "reduced their share of " + window);
+    } else {
+      add_same(late, "staged " + window);
+    }
     if (overwrites_source_) {
-      add(behind(&RankSlot::consumed, pull.next + 1),
-          detail::concat(" have not consumed window ", pull.next - base_, " of ", windows,
-                         " (this rank's NPU tensor, which they read, receives the result)"));
+      add_same(
+          behind(&RankSlot::consumed, pull.next + 1),
+          "consumed " + window + " (this rank's NPU tensor, which they read, receives the result)");
     }
   }
   if (reduce.pending()) {
-    add(behind(&RankSlot::staged, reduce.next + 1),
-        detail::concat(" have not staged window ", reduce.next - base_, " of ", windows));
+    add_same(behind(&RankSlot::staged, reduce.next + 1),
+             detail::concat("staged window ", reduce.next - base_, " of ", windows));
   }
   if (stage.pending() && stage.next >= base_ + kStagingDepth) {
-    add(behind(&RankSlot::consumed, stage.next + 1 - kStagingDepth),
-        detail::concat(" have not consumed window ", stage.next - base_ - kStagingDepth, " of ",
-                       windows, " (its staging slot is needed again)"));
+    add_same(behind(&RankSlot::consumed, stage.next + 1 - kStagingDepth),
+             detail::concat("consumed window ", stage.next - base_ - kStagingDepth, " of ", windows,
+                            " (its staging slot is needed again)"));
   }
   if (!pull.pending() && !reduce.pending() && !stage.pending()) {
-    add(behind(&RankSlot::consumed, end_), " have not consumed every window");
+    add_same(behind(&RankSlot::consumed, end_), "consumed every window");
   }
   return detail::concat("in ", plan_.name, " (sequence ", plan_.sequence, ", timeout ",
                         state_.timeout().count(), " ms): staging host tensors: ",

@@ -32,7 +32,8 @@ struct CallFields {
   int root = 0;
   int num_splits = 0;
   ScalarType dtype = kUInt8;
-  uint8_t unused[3] = {};  // explicit padding: every byte of the block is compared
+  bool uneven_name = false;  // called by its _uneven name (messages name the peer's call so)
+  uint8_t unused[2] = {};    // explicit padding: every byte of the block is compared
 };
 static_assert(sizeof(CallFields) == 40 && std::has_unique_object_representations_v<CallFields>);
 

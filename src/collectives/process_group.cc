@@ -279,6 +279,7 @@ std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor_uneven(
   OpPlan plan;
   plan.kind = OpKind::kAllGather;
   plan.name = "all_gather_into_tensor_uneven";
+  plan.uneven_name = true;
   check_defined(output, plan.name, "output");
   check_defined(input, plan.name, "input");
   check_same_type(output, input);
@@ -305,6 +306,7 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor_uneven(
   OpPlan plan;
   plan.kind = OpKind::kReduceScatter;
   plan.name = "reduce_scatter_tensor_uneven";
+  plan.uneven_name = true;
   check_defined(output, plan.name, "output");
   check_defined(input, plan.name, "input");
   check_same_type(output, input);

@@ -73,9 +73,11 @@ void wait_for_receivers(detail::GroupState& state, int root, uint64_t sequence, 
       [&] { return everyone_pulled(transport, root, sequence); }, state.timeout(),
       [&] {
         return detail::concat(
-            where, " ", call, " (sequence ", at, ", timeout ", state.timeout().count(),
-            " ms): ranks ", transport::ranks_below(transport, sequence, pulled, root),
-            " have not finished copying broadcast ", sequence, " from rank ", root);
+            where, " ", call, " (sequence ", at, ", timeout ", state.timeout().count(), " ms): ",
+            transport::ranks_that(transport::ranks_below(transport, sequence, pulled, root),
+                                  " has not finished copying broadcast ",
+                                  " have not finished copying broadcast "),
+            sequence, " from rank ", root);
       });
 }
 

@@ -201,7 +201,7 @@ void Rendezvous::agree_on_namespace() {
     } catch (const TimeoutError&) {
       throw TimeoutError(detail::concat(
           "init: timed out after ", job_.timeout.count(),
-          " ms waiting for ranks 0 to join the group (ranks that meet through a given store take "
+          " ms waiting for rank 0 to join the group (ranks that meet through a given store take "
           "the job's shared-memory names from rank 0)"));
     }
     // Another program's store: whatever it holds must make a valid name.

@@ -114,8 +114,9 @@ struct OpDescriptor {
   int64_t output_numel;
   int64_t row_elements;  // elements per dim-0 row
   int32_t num_splits;
-  uint8_t host_sides;  // kHostInput | kHostOutput: this rank's tensors on the host
-  uint8_t reserved[3];
+  uint8_t host_sides;   // kHostInput | kHostOutput: this rank's tensors on the host
+  uint8_t uneven_name;  // called by the _uneven name (for messages; the forms interoperate)
+  uint8_t reserved[2];
   uint64_t staging_window;       // this rank's host-staging window in bytes (host_staging.h)
   int64_t splits[kMaxRanks];     // rows per rank
   BufferRef input;               // an NPU input, or the rank's staging area when kHostInput

@@ -239,7 +239,8 @@ void GroupTransport::wait_for_all_attached(Clock::time_point deadline, bool job_
                    missing += (missing.empty() ? "" : ", ") + std::to_string(r);
                  }
                }
-               return "waiting for ranks " + missing + " to join the group";
+               return "waiting for " +
+                      ranks_that(missing, " to join the group", " to join the group");
              });
   max_sleep_slice_ = std::chrono::seconds(1);
   if (!all_attached()) throw RemoteError(lost_rank);
@@ -528,6 +529,15 @@ char* GroupTransport::resolve(const BufferRef& shared_ref, uint64_t bytes) const
 std::string late_ranks(const GroupTransport& transport, uint64_t sequence) {
   return ranks_below(transport, sequence,
                      [](const RankSlot& slot) { return arrived_sequence(slot); });
+}
+
+std::string ranks_that(const std::string& ranks, std::string_view singular,
+                       std::string_view plural) {
+  const bool one = ranks.find(',') == std::string::npos;
+  std::string text = one ? "rank " : "ranks ";
+  text += ranks;
+  text += one ? singular : plural;
+  return text;
 }
 
 }  // namespace shmccl::transport

@@ -308,4 +308,9 @@ std::string ranks_below(const GroupTransport& transport, uint64_t value, Read&& 
 // The ranks whose slot has not arrived at `sequence`, as "1, 3" (for error messages).
 std::string late_ranks(const GroupTransport& transport, uint64_t sequence);
 
+// A list of ranks as "1, 3" (ranks_below, late_ranks) as the subject of a sentence:
+// "rank 1" + `singular` or "ranks 1, 3" + `plural`.
+std::string ranks_that(const std::string& ranks, std::string_view singular,
+                       std::string_view plural);
+
 }  // namespace shmccl::transport

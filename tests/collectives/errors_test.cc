@@ -214,6 +214,46 @@ TEST(CollectiveErrorsTest, DifferentSplitSizesAreAMismatchNamingBoth) {
       const std::string text = error.what();
       require(text.find("splits=[2, 3]") != std::string::npos, text);
       require(text.find("splits=[1, 4]") != std::string::npos, text);
+      // Both sides are named as they were called, not by the even form's name.
+      require(text.find("called all_gather_into_tensor_uneven(sequence=1") != std::string::npos &&
+                  text.find("called all_gather_into_tensor(") == std::string::npos,
+              text);
+      return;
+    }
+    throw testing::RequirementFailed("no mismatch error");
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+}
+
+// The even and uneven forms of one collective interoperate (the same call with even splits); when
+// they disagree, each rank's call is named by the name it was called by.
+TEST(CollectiveErrorsTest, AMismatchNamesTheEvenAndUnevenFormsAsCalled) {
+  auto results = testing::run_ranks(2, [](const testing::RankContext& ctx) {
+    npu::set_device(ctx.rank);
+    ctx.init();
+    Tensor input = full({4}, ctx.rank + 1, kInt32).npu();
+    Tensor output = zeros({2}, kInt32).npu();
+    if (ctx.rank == 0) {
+      reduce_scatter_tensor(output, input);
+    } else {
+      reduce_scatter_tensor_uneven(output, input, {2, 2});
+    }
+    require(output.cpu().to_vector<int32_t>() == std::vector<int32_t>{3, 3},
+            "the two forms interoperate");
+    const std::vector<int64_t> splits =
+        ctx.rank == 0 ? std::vector<int64_t>{1, 3} : std::vector<int64_t>{2, 2};
+    Tensor mine = zeros({splits[static_cast<size_t>(ctx.rank)]}, kInt32).npu();
+    try {
+      if (ctx.rank == 0) {
+        reduce_scatter_tensor_uneven(mine, input, splits);
+      } else {
+        reduce_scatter_tensor(mine, input);
+      }
+    } catch (const RemoteError& error) {
+      const std::string text = error.what();
+      require(text.find("called reduce_scatter_tensor_uneven(sequence=2") != std::string::npos &&
+                  text.find("called reduce_scatter_tensor(sequence=2") != std::string::npos,
+              text);
       return;
     }
     throw testing::RequirementFailed("no mismatch error");
@@ -586,7 +626,7 @@ TEST(CollectiveErrorsTest, LateRankIsNamedAfterTheTimeout) {
         gave_up.post();
         require(leave.wait(), "no token on leave");  // nobody exits before both timed out, so no
                                                      // death is reported instead
-        require(text.find("timed out in all_reduce (sequence 1, timeout 300 ms): ranks 2 have not "
+        require(text.find("timed out in all_reduce (sequence 1, timeout 300 ms): rank 2 has not "
                           "called it") != std::string::npos,
                 text);
       },
@@ -605,7 +645,7 @@ TEST(CollectiveErrorsTest, MissingRankAtInitIsNamed) {
           ctx.init(/*timeout_ms=*/500);
         } catch (const TimeoutError& error) {
           const std::string text = error.what();
-          require(text.find("ranks 1 to join") != std::string::npos, text);
+          require(text.find("rank 1 to join") != std::string::npos, text);
           return;
         }
         throw testing::RequirementFailed("init succeeded without rank 1");

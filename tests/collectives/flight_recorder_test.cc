@@ -371,8 +371,8 @@ TEST_F(TraceDirectory, ATimeoutNamesTheCollectiveThatWaited) {
         }
         [[maybe_unused]] ssize_t n = write(pipe_fds[1], "x", 1);
         const std::string text = read_file(file(0));
-        require(text.find("timed out in all_reduce (sequence 2, timeout 200 ms): ranks 1 have "
-                          "not called it") != std::string::npos,
+        require(text.find("timed out in all_reduce (sequence 2, timeout 200 ms): rank 1 has not "
+                          "called it") != std::string::npos,
                 text);
         require(text.find("seq=1 op=all_gather_into_tensor_uneven state=completed dtype=float32 "
                           "in=400 out=1000 splits=[400,600] row=1") != std::string::npos,

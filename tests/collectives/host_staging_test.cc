@@ -393,7 +393,7 @@ TEST(HostStagingFailureTest, StalledPeerTimesOutNamingIt) {
         while (gave_up->load() < 2)
           std::this_thread::sleep_for(std::chrono::milliseconds(1));
         require(text.find("in all_reduce (sequence 1, timeout 300 ms): staging host tensors: "
-                          "ranks 2 have not") != std::string::npos,
+                          "rank 2 has not") != std::string::npos,
                 text);
       },
       options);

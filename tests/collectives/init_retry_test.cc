@@ -37,7 +37,7 @@ TEST(InitRetry, ARetryAfterATimeoutMeetsTheLateRank) {
             } catch (const TimeoutError& error) {
               text = error.what();
             }
-            require(text.find(str("ranks ", late, " to join")) != std::string::npos, text);
+            require(text.find(str("rank ", late, " to join")) != std::string::npos, text);
             timed_out.post(1);
           }
           ctx.init(/*timeout_ms=*/60000);

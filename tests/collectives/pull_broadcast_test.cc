@@ -183,7 +183,7 @@ void expect_no_torn_copy_when_the_root_fails(bool rank2_differs) {
         require(kill(copier, SIGCONT) == 0, "SIGCONT");
         require(resumed.wait(1), "rank 1 did not finish");
         const std::string text = error.what();
-        require(text.find(rank2_differs ? "collective mismatch" : "ranks 2 have not called it") !=
+        require(text.find(rank2_differs ? "collective mismatch" : "rank 2 has not called it") !=
                     std::string::npos,
                 text);
         return;
@@ -200,7 +200,7 @@ void expect_no_torn_copy_when_the_root_fails(bool rank2_differs) {
                                       : "rank 0, its source, failed the call while this rank "
                                         "copied its tensor") != std::string::npos &&
                   text.find(rank2_differs ? "rank 2 called broadcast"
-                                          : "ranks 2 have not called it") != std::string::npos,
+                                          : "rank 2 has not called it") != std::string::npos,
               text);
       return;
     }

@@ -94,7 +94,7 @@ TEST(RunAheadTest, ARootAtTheEndOfTheRingWaitsForTheReceivers) {
         const std::string text = error.what();
         require(text.find("before broadcast") != std::string::npos, text);
         require(text.find(ctx.world == 2
-                              ? "ranks 1 have not called collective"
+                              ? "rank 1 has not called collective"
                               : "ranks 1, 2, 3 have not called collective") != std::string::npos,
                 text);
         return;

@@ -157,7 +157,7 @@ void expect_missing_rank_named(int world, int missing) {
       init_process_group(options_with(ctx, store, /*timeout_ms=*/500));
     } catch (const TimeoutError& error) {
       const std::string text = error.what();
-      require(text.find(str("ranks ", missing, " to join")) != std::string::npos, text);
+      require(text.find(str("rank ", missing, " to join")) != std::string::npos, text);
       return;
     }
     throw testing::RequirementFailed(str("init succeeded without rank ", missing));

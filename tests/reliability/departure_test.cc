@@ -191,7 +191,7 @@ TEST(DepartureTest, ALateRankLearnsOfThePeerThatTimedOutInItsNextCall) {
         throw testing::RequirementFailed("rank 0 went on without the late rank");
       } catch (const TimeoutError& error) {
         shared.step.post(1);
-        require(std::string(error.what()).find(str("ranks ", late, " have not called it")) !=
+        require(std::string(error.what()).find(str("rank ", late, " has not called it")) !=
                     std::string::npos,
                 error.what());
       }

@@ -69,9 +69,12 @@ struct Report {
   int64_t failed_sequence;
 };
 
-// Whether some "ranks 1, 2, 3" list in `text` has `rank` (a rank that finished early may wait
-// for the victim and for survivors still stuck with it).
+// Whether some "ranks 1, 2, 3 have" or "rank 1 has" in `text` names `rank` (a rank that finished
+// early may wait for the victim and for survivors still stuck with it).
 bool lists_rank(const std::string& text, int rank) {
+  for (const char* verb : {" has ", ", which has "}) {
+    if (text.find(str("rank ", rank, verb)) != std::string::npos) return true;
+  }
   for (size_t at = text.find("ranks "); at != std::string::npos; at = text.find("ranks ", at + 1)) {
     size_t position = at + 6;
     while (position < text.size() && std::isdigit(static_cast<unsigned char>(text[position]))) {
@@ -344,7 +347,7 @@ TEST(FaultBarrier, RankZeroStalledAfterArrivingHoldsTheOthersInTheBarrier) {
     trial.one_cpu = true;
     trial.survivors_fail_at_fault_with = "in barrier (sequence 3, timeout " +
                                          std::to_string(kStallTimeout.count()) +
-                                         " ms): ranks 0 have not released it";
+                                         " ms): rank 0 has not released it";
     run_trial(trial);
   }
 }
