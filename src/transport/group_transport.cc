@@ -533,6 +533,8 @@ std::string late_ranks(const GroupTransport& transport, uint64_t sequence) {
 
 std::string ranks_that(const std::string& ranks, std::string_view singular,
                        std::string_view plural) {
+  // Empty when the ranks came between the timeout and this message.
+  if (ranks.empty()) return detail::concat("ranks (none by now)", plural);
   const bool one = ranks.find(',') == std::string::npos;
   std::string text = one ? "rank " : "ranks ";
   text += ranks;

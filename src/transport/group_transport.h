@@ -309,7 +309,7 @@ std::string ranks_below(const GroupTransport& transport, uint64_t value, Read&& 
 std::string late_ranks(const GroupTransport& transport, uint64_t sequence);
 
 // A list of ranks as "1, 3" (ranks_below, late_ranks) as the subject of a sentence:
-// "rank 1" + `singular` or "ranks 1, 3" + `plural`.
+// "rank 1" + `singular` or "ranks 1, 3" + `plural` ("ranks (none by now)" + `plural` for none).
 std::string ranks_that(const std::string& ranks, std::string_view singular,
                        std::string_view plural);
 
