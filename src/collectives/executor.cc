@@ -414,12 +414,11 @@ RemoteError mismatch(const char* call, int rank, const OpDescriptor& mine, int p
         [&] { return early.poll(transport, sequence) || early.all_arrived() >= needed; },
         state.timeout(),
         [&] {
-          return detail::concat(
-              "before ", plan.name, " (sequence ", sequence, ", timeout ", state.timeout().count(),
-              " ms): ",
-              transport::ranks_that(transport::late_ranks(transport, needed),
-                                    " has not called collective ", " have not called collective "),
-              needed);
+          return detail::concat("before ", plan.name, " (sequence ", sequence, ", timeout ",
+                                state.timeout().count(), " ms): ",
+                                transport::ranks_have_not(transport::late_ranks(transport, needed),
+                                                          "called collective "),
+                                needed);
         });
     early.throw_if_mismatch(transport, sequence);
   }
@@ -567,8 +566,7 @@ void wait_for_peers_in_zero_copy(detail::GroupState& state, uint64_t sequence) {
         return detail::concat("in ", plan.name, " (sequence ", sequence, ", timeout ",
                               state.timeout().count(), " ms): ",
                               late.empty() ? "rank 0 has not released it (every rank arrived)"
-                                           : transport::ranks_that(late, " has not called it",
-                                                                   " have not called it"));
+                                           : transport::ranks_have_not(late, "called it"));
       });
   early.throw_if_mismatch(transport, sequence);
   if (transport.rank() == 0) transport.release_barrier(sequence);
@@ -734,10 +732,10 @@ void run(detail::GroupState& state, const OpPlan& plan) {
     wait_in_barrier(state, plan);
   } else if (needs == Needs::kEveryone) {
     auto describe = [&] {
-      return detail::concat("in ", plan.name, " (sequence ", sequence, ", timeout ",
-                            state.timeout().count(), " ms): ",
-                            transport::ranks_that(transport::late_ranks(transport, sequence),
-                                                  " has not called it", " have not called it"));
+      return detail::concat(
+          "in ", plan.name, " (sequence ", sequence, ", timeout ", state.timeout().count(),
+          " ms): ",
+          transport::ranks_have_not(transport::late_ranks(transport, sequence), "called it"));
     };
     // Every rank that waits here waits for the same arrivals: a shared wait (the collective's
     // sequence names it), beside which ranks sharing a core spin instead of yielding to each
@@ -906,11 +904,10 @@ void settle_early_finishes_before_leaving(detail::GroupState& state) {
       [&] { return early.poll(transport, next) || !early.pending(); }, state.timeout(),
       [&] {
         const uint64_t needed = early.all_arrived() + 1;
-        return detail::concat(
-            "leaving the group (timeout ", state.timeout().count(), " ms): ",
-            transport::ranks_that(transport::late_ranks(transport, needed),
-                                  " has not called collective ", " have not called collective "),
-            needed);
+        return detail::concat("leaving the group (timeout ", state.timeout().count(), " ms): ",
+                              transport::ranks_have_not(transport::late_ranks(transport, needed),
+                                                        "called collective "),
+                              needed);
       });
   early.throw_if_mismatch(transport, next);
 }

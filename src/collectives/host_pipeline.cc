@@ -255,15 +255,12 @@ void Pipeline::pull(uint64_t window) {
 
 std::string Pipeline::describe(const Phase& stage, const Phase& reduce, const Phase& pull) const {
   std::string what;
-  // `rest` follows "has not" / "have not" (`rest_one` / `rest_many` where they differ).
-  auto add = [&what](const std::string& ranks, const std::string& rest_one,
-                     const std::string& rest_many) {
-    if (ranks.empty()) return;
-    what += (what.empty() ? "" : "; ") +
-            transport::ranks_that(ranks, " has not " + rest_one, " have not " + rest_many);
+  auto add = [&what](const std::string& ranks, const std::string& text) {
+    if (!ranks.empty()) what += (what.empty() ? "" : "; ") + text;
   };
+  // "rank 1 has not " / "ranks 1, 3 have not " + `rest`.
   auto add_same = [&add](const std::string& ranks, const std::string& rest) {
-    add(ranks, rest, rest);
+    add(ranks, transport::ranks_have_not(ranks, rest));
   };
   const uint64_t windows = end_ - base_;
   if (pull.pending()) {
@@ -273,7 +270,8 @@ std::string Pipeline::describe(const Phase& stage, const Phase& reduce, const Ph
     const std::string late =
         behind(reduces ? &RankSlot::reduced : &RankSlot::staged, pull.next + 1);
     if (reduces) {
-      add(late, "reduced its share of " + window, "reduced their share of " + window);
+      add(late, transport::ranks_that(late, " has not reduced its share of " + window,
+                                      " have not reduced their share of " + window));
     } else {
       add_same(late, "staged " + window);
     }

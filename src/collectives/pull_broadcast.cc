@@ -74,9 +74,8 @@ void wait_for_receivers(detail::GroupState& state, int root, uint64_t sequence, 
       [&] {
         return detail::concat(
             where, " ", call, " (sequence ", at, ", timeout ", state.timeout().count(), " ms): ",
-            transport::ranks_that(transport::ranks_below(transport, sequence, pulled, root),
-                                  " has not finished copying broadcast ",
-                                  " have not finished copying broadcast "),
+            transport::ranks_have_not(transport::ranks_below(transport, sequence, pulled, root),
+                                      "finished copying broadcast "),
             sequence, " from rank ", root);
       });
 }

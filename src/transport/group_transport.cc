@@ -233,12 +233,9 @@ void GroupTransport::wait_for_all_attached(Clock::time_point deadline, bool job_
   if (lost) max_sleep_slice_ = std::chrono::milliseconds(10);
   wait_until([&] { return all_attached() || (lost && lost_one()); }, deadline,
              [&] {
-               std::string missing;
-               for (int r = 0; r < size_; ++r) {
-                 if (slots_[r].attached.load(std::memory_order_acquire) == 0) {
-                   missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-                 }
-               }
+               const std::string missing = ranks_below(*this, 1, [](const RankSlot& slot) {
+                 return slot.attached.load(std::memory_order_acquire);
+               });
                return "waiting for " +
                       ranks_that(missing, " to join the group", " to join the group");
              });
@@ -540,6 +537,10 @@ std::string ranks_that(const std::string& ranks, std::string_view singular,
   text += ranks;
   text += one ? singular : plural;
   return text;
+}
+
+std::string ranks_have_not(const std::string& ranks, std::string_view rest) {
+  return ranks_that(ranks, detail::concat(" has not ", rest), detail::concat(" have not ", rest));
 }
 
 }  // namespace shmccl::transport

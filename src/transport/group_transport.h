@@ -312,5 +312,7 @@ std::string late_ranks(const GroupTransport& transport, uint64_t sequence);
 // "rank 1" + `singular` or "ranks 1, 3" + `plural` ("ranks (none by now)" + `plural` for none).
 std::string ranks_that(const std::string& ranks, std::string_view singular,
                        std::string_view plural);
+// ranks_that for the common sentence: "rank 1 has not " / "ranks 1, 3 have not " + `rest`.
+std::string ranks_have_not(const std::string& ranks, std::string_view rest);
 
 }  // namespace shmccl::transport

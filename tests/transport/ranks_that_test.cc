@@ -25,5 +25,11 @@ TEST(RanksThat, NoRankLeftSaysSo) {
             "ranks (none by now) have not called it");
 }
 
+TEST(RanksHaveNot, TakesTheVerbOfItsSubject) {
+  EXPECT_EQ(ranks_have_not("2", "called it"), "rank 2 has not called it");
+  EXPECT_EQ(ranks_have_not("0, 2", "called it"), "ranks 0, 2 have not called it");
+  EXPECT_EQ(ranks_have_not("", "called it"), "ranks (none by now) have not called it");
+}
+
 }  // namespace
 }  // namespace shmccl::transport
