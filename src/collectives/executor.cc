@@ -860,6 +860,7 @@ void execute(detail::GroupState& state, const OpPlan& plan) {
     state.check_not_failed();
   } catch (const Error&) {
     record_failure();
+    state.leave_unrun_call(plan.sequence);
     throw;
   }
   // A failed call is given up (RankSlot::gave_up) before the caller sees the error and may

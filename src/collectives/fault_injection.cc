@@ -34,6 +34,7 @@ constexpr struct {
     {Point::kAwaitsPeers, "awaits_peers"},
     {Point::kJoinsGroup, "joins_group"},
     {Point::kPublishesGroup, "publishes_group"},
+    {Point::kQueues, "queues"},
 };
 
 std::mutex g_mutex;

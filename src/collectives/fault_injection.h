@@ -25,6 +25,8 @@
 //   gave_up         this rank gave up on the failed call and departed, before its caller sees
 //                   the error (and before it waits for peers still in its tensors)
 //   awaits_peers    after gave_up, when peers are still in its tensors: before it waits for them
+//   queues          an asynchronous call (or a synchronous one behind stream work), after it took
+//                   its number, before it is queued on the group's stream
 //
 // Compiled in when SHMCCL_FAULT_INJECTION is on (CMake; default: on with the tests). A point then
 // costs one relaxed load of a global flag and a predicted branch; without it, nothing.
@@ -54,6 +56,7 @@ enum class Point : uint8_t {
   kAwaitsPeers,
   kJoinsGroup,
   kPublishesGroup,
+  kQueues,
 };
 
 enum class Action : uint8_t { kKill, kStall, kExit, kStop, kBadAlloc };

@@ -105,10 +105,29 @@ void GroupState::wait_for_turn_slowly(uint64_t sequence) {
           " ms for its turn: this rank's collective ", turn_.load(std::memory_order_acquire) + 1,
           ", called by another thread, has not been run or queued");
       // This rank never arrives at this call: its peers must not wait for it.
-      fail_before_arrival(sequence, message);
+      fail_before_arrival(sequence, message, transport::FailureKind::kTimeout);
       throw TimeoutError(message);
     }
     std::this_thread::sleep_for(std::chrono::microseconds(round < 1000 ? 10 : 200));
+  }
+}
+
+void GroupState::fail_before_arrival(uint64_t sequence, const std::string& message,
+                                     transport::FailureKind kind) {
+  if (!mark_failed(message)) return;
+  transport::give_up(transport_->slot(transport_->rank()), sequence, message, kind);
+  transport_->depart(sequence);
+}
+
+void GroupState::leave_unrun_call(uint64_t sequence) {
+  std::lock_guard<std::mutex> lock(failure_mutex_);
+  if (shut_down_ || !transport_) return;  // shutting down departed at the first call not run
+  // Only an earlier departure moves (a group aborted by this rank, say, has none: its peers
+  // learn of the abort itself).
+  const transport::RankSlot& mine = transport_->slot(transport_->rank());
+  if (mine.departed_at.load(std::memory_order_acquire) != 0 &&
+      !transport::arrived_at(mine, sequence)) {
+    transport_->depart(sequence);
   }
 }
 

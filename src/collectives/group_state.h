@@ -91,10 +91,14 @@ class GroupState {
   // later collective throws the first failure. True when this was the first failure.
   bool mark_failed(const std::string& message);
   // Call `sequence` failed on this rank before it arrived (after it took its number): the group
-  // fails, and this rank departs at that call, so its peers' waits for it fail at once.
-  void fail_before_arrival(uint64_t sequence, const std::string& message) {
-    if (mark_failed(message)) transport_->depart(sequence);
-  }
+  // fails, and this rank departs at that call, so its peers' waits for it fail at once, naming
+  // `message`. Calls queued before it depart earlier as they find the group failed
+  // (leave_unrun_call).
+  void fail_before_arrival(uint64_t sequence, const std::string& message,
+                           transport::FailureKind kind);
+  // Call `sequence` will not run here: the group failed before it did. Every earlier call of this
+  // rank is done (calls run in order), so a departure at a later call moves down to it.
+  void leave_unrun_call(uint64_t sequence);
   void check_not_failed() const;
   bool failed() const { return failed_.load(std::memory_order_acquire); }
 

@@ -9,6 +9,7 @@
 
 #include "collectives/async_work.h"
 #include "collectives/executor.h"
+#include "collectives/fault_injection.h"
 #include "collectives/group_state.h"
 #include "collectives/pull_broadcast.h"
 #include "collectives/registry.h"
@@ -146,6 +147,9 @@ std::shared_ptr<collectives::AsyncWork> enqueue(detail::GroupState& state, const
   // An asynchronous call is recorded now (a synchronous one as it arrives, in the executor).
   if (trace != nullptr) trace->scheduled(plan, true);
   try {
+    collectives::fault::point(collectives::fault::Point::kQueues,
+                              state.global_ranks()[static_cast<size_t>(state.rank())],
+                              plan.sequence);
     auto work = std::make_shared<collectives::AsyncWork>(state, plan, device);
     if (caller != nullptr) {
       auto ready = std::make_shared<npu::detail::EventState>();
@@ -158,7 +162,8 @@ std::shared_ptr<collectives::AsyncWork> enqueue(detail::GroupState& state, const
     if (trace != nullptr) trace->finished(plan.sequence, false, true);
     state.fail_before_arrival(plan.sequence,
                               detail::concat("collective ", plan.sequence, " (", plan.name,
-                                             ") could not be queued: ", error.what()));
+                                             ") could not be queued: ", error.what()),
+                              transport::FailureKind::kRemote);
     throw;
   }
 }
@@ -180,6 +185,9 @@ std::shared_ptr<Work> submit(detail::GroupState& state, OpPlan& plan, bool async
       async_op || caller != nullptr || state.has_comm_stream() ? &state.comm_stream() : nullptr;
   plan.sequence = state.next_sequence();
   Turn turn(state, plan.sequence);
+  // Another thread's asynchronous call before this one may have made the group's stream since
+  // this thread looked: this call then goes behind it, never beside it.
+  if (comm == nullptr && state.has_comm_stream()) comm = &state.comm_stream();
   SHMCCL_TRACE(kColl, plan.name, " sequence ", plan.sequence, " on ", state.comm_name());
   if (async_op) return enqueue(state, plan, device, *comm, caller);
   // Synchronous. Inline when nothing is queued before it (no thread hand-off), on the caller's

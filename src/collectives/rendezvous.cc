@@ -99,7 +99,8 @@ JobInfo resolve_job(const InitOptions& options) {
     job.ns = transport::sanitize_name_component(ns);
     job.launcher_owns_namespace = env("SHMCCL_LOCK_FD") != nullptr;
   } else if (!job.job_id.empty()) {
-    job.ns = "j" + transport::sanitize_name_component(job.job_id);
+    // 'j' and at most 63 more: a namespace has at most 64 characters (segment_names.h).
+    job.ns = "j" + transport::sanitize_name_component(job.job_id, 63);
   }  // else the ranks agree on one through the plugged-in store
   job.store = options.store;
   if (options.timeout.count() >= 0) {
@@ -224,6 +225,7 @@ std::unique_ptr<transport::GroupTransport> Rendezvous::connect_group(
   const int group_size = static_cast<int>(global_ranks.size());
   const std::string name_key = group_key(key, "control");
   const std::string creating_key = group_key(key, "creating");
+  const std::string failed_key = group_key(key, "failed");  // why the group will not come together
   // Why a rank of the group will never join it ("" while it may).
   std::function<std::string(int)> exited;
   if (world != nullptr) {
@@ -286,7 +288,6 @@ std::unique_ptr<transport::GroupTransport> Rendezvous::connect_group(
     } catch (const SystemError& error) {
       if (error.error_code() != ENOENT) throw;
       // A member that gave up on the group removed the name, and left its reason first.
-      const std::string failed_key = group_key(key, "failed");
       throw RemoteError(
           detail::concat("group ", key, " failed before rank ", job_.rank, " joined it: ",
                          store_->check({failed_key})
@@ -298,7 +299,11 @@ std::unique_ptr<transport::GroupTransport> Rendezvous::connect_group(
   fault::point(fault::Point::kRendezvous, job_.rank, creation);
   try {
     const std::function<std::string(int)> lost = [&](int member) {
-      return exited(global_ranks[static_cast<size_t>(member)]);
+      const std::string why = exited(global_ranks[static_cast<size_t>(member)]);
+      // A member that exited because the group had failed before it joined is not the news:
+      // the first failure, which it read from the store, is.
+      if (!why.empty() && store_->check({failed_key})) return store_->get(failed_key);
+      return why;
     };
     transport->wait_for_all_attached(deadline, job_oversubscribed,
                                      static_cast<int>(global_ranks.size()) == job_.world_size,
@@ -308,7 +313,7 @@ std::unique_ptr<transport::GroupTransport> Rendezvous::connect_group(
     // first (its first rank may be the one that exited), and the reason stays for a member that
     // finds the name gone.
     try {
-      store_->set(group_key(key, "failed"), error.what());
+      if (!store_->check({failed_key})) store_->set(failed_key, error.what());
     } catch (const std::exception&) {
     }
     transport::ShmSegment::unlink_name(name);

@@ -181,14 +181,18 @@ GroupTransport::~GroupTransport() {
 }
 
 void GroupTransport::depart(uint64_t first_missed) {
-  // Only this rank writes its slot, and it departs once (its executing thread first, or its
-  // destructor once that thread is done).
+  // Only this rank writes its slot; its threads take turns.
+  std::lock_guard<std::mutex> lock(depart_mutex_);
   RankSlot& mine = slots_[rank_];
-  if (mine.departed_at.load(std::memory_order_relaxed) != 0) return;
-  // Dekker with a sleeper, as notify(): the count and the slot, then the wake, against its
-  // re-check. A peer that sees the count before the slot finds no departure yet, and looks again.
-  const uint32_t order = header_->departures.fetch_add(1, std::memory_order_seq_cst) + 1;
-  mine.departure_order.store(order, std::memory_order_relaxed);
+  const uint64_t departed_at = mine.departed_at.load(std::memory_order_relaxed);
+  if (departed_at != 0 && departed_at <= first_missed) return;
+  if (departed_at == 0) {
+    // Dekker with a sleeper, as notify(): the count and the slot, then the wake, against its
+    // re-check. A peer that sees the count before the slot finds no departure yet, and looks
+    // again.
+    const uint32_t order = header_->departures.fetch_add(1, std::memory_order_seq_cst) + 1;
+    mine.departure_order.store(order, std::memory_order_relaxed);
+  }
   mine.departed_at.store(first_missed, std::memory_order_seq_cst);
   header_->wake_word.fetch_add(1, std::memory_order_seq_cst);
   futex_wake(&header_->wake_word);
@@ -226,7 +230,11 @@ void GroupTransport::wait_for_all_attached(Clock::time_point deadline, bool job_
   std::string lost_rank;  // why a rank that has not attached never will
   auto lost_one = [&] {
     for (int r = 0; r < size_ && lost_rank.empty(); ++r) {
-      if (slots_[r].attached.load(std::memory_order_acquire) == 0) lost_rank = lost(r);
+      if (slots_[r].attached.load(std::memory_order_acquire) != 0) continue;
+      std::string why = lost(r);
+      // It may have attached, then died, while `lost` looked: it did join, and the group's
+      // first collective names its death. A rank found dead and still unattached never joins.
+      if (slots_[r].attached.load(std::memory_order_seq_cst) == 0) lost_rank = std::move(why);
     }
     return !lost_rank.empty();
   };

@@ -123,7 +123,10 @@ class GroupTransport {
 
   // This rank takes no part in collective `first_missed` and later ones (it failed a
   // collective, or destroys its side of the group): the peers' waits in those fail at once,
-  // naming it (RankSlot::departed_at). The first call counts; later ones change nothing.
+  // naming it (RankSlot::departed_at). A later call only moves it earlier: a call that failed
+  // before it arrived departs at its own number, and calls queued before it that then find the
+  // group failed move the departure down to theirs. Thread-safe. Lowering it is safe only when
+  // no call of this rank runs: the departure says that every call before it is done here.
   void depart(uint64_t first_missed);
   // Of the other ranks that departed and satisfy `pick(slot)`, the one that departed first;
   // -1 when none did (cheap while nobody departed).
@@ -255,6 +258,7 @@ class GroupTransport {
   std::array<std::atomic<bool>, kMaxRanks> exited_{};  // by rank: peer_exited()
   std::atomic<uint64_t> current_sequence_{0};
   mutable std::mutex failure_mutex_;
+  std::mutex depart_mutex_;  // one departure at a time (the caller's thread, the stream's)
   std::string peer_death_message_;
   std::function<void(const std::string&)> peer_death_listener_;  // guarded by failure_mutex_
   void (*sleep_listener_)(void*, uint64_t) = nullptr;

@@ -7,10 +7,12 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 
 #include "core/check.h"
+#include "core/fnv1a.h"
 #include "core/logging.h"
 
 namespace shmccl::transport {
@@ -39,9 +41,22 @@ std::string namespace_prefix(const std::string& ns) {
 
 }  // namespace
 
-std::string sanitize_name_component(std::string component) {
+std::string sanitize_name_component(std::string component, size_t max_length) {
+  constexpr size_t kHashChars = 16;
+  SHMCCL_CHECK_ARG(max_length > kHashChars && max_length <= kMaxComponentLength,
+                   "name component length limit ", max_length, " is outside [", kHashChars + 1,
+                   ", ", kMaxComponentLength, "]");
   if (component.empty()) return "default";
-  if (component.size() > kMaxComponentLength) component.resize(kMaxComponentLength);
+  if (component.size() > max_length) {
+    // A plain cut would give two long names that differ only at the end (one host name, two
+    // ports) the same component: keep the start, readable, and a hash of the whole name.
+    char hash[kHashChars + 1];
+    std::snprintf(hash, sizeof(hash), "%016llx",
+                  static_cast<unsigned long long>(detail::fnv1a(component)));
+    component.resize(max_length - kHashChars - 1);
+    component += '-';
+    component += hash;
+  }
   for (char& c : component) {
     if (!is_component_char(c)) c = '_';
   }

@@ -16,8 +16,10 @@
 namespace shmccl::transport {
 
 // Maps any string to a valid name component: [A-Za-z0-9_-] are kept, every other byte becomes
-// '_', the result is cut to 64 characters, and an empty input gives "default".
-std::string sanitize_name_component(std::string component);
+// '_', and an empty input gives "default". A string longer than `max_length` (17 to 64) keeps
+// its first max_length - 17 characters, then '-' and 16 hex digits of a hash of the whole
+// string, so long names that differ anywhere give different components.
+std::string sanitize_name_component(std::string component, size_t max_length = 64);
 
 // "/shmccl.<ns>.<suffix>". `ns` must be a sanitised component (non-empty, [A-Za-z0-9_-] only,
 // at most 64 characters); `suffix` must be non-empty and made of [A-Za-z0-9_.-]. Throws

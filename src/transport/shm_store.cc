@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "core/check.h"
+#include "core/fnv1a.h"
 #include "core/logging.h"
 #include "transport/futex.h"
 #include "transport/peer_monitor.h"
@@ -38,14 +39,8 @@ T read_shared(const T& field) {
   return __atomic_load_n(&field, __ATOMIC_RELAXED);
 }
 
-// FNV-1a, 64 bits: the same in every process and every build, unlike std::hash.
 uint64_t hash_key(const std::string& key) {
-  uint64_t hash = 14695981039346656037ull;
-  for (unsigned char c : key) {
-    hash ^= c;
-    hash *= 1099511628211ull;
-  }
-  return hash;
+  return detail::fnv1a(key);
 }
 
 // The CLOCK_REALTIME time matching a steady-clock deadline (pthread_mutex_timedlock takes

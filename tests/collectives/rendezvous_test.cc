@@ -60,6 +60,30 @@ INSTANTIATE_TEST_SUITE_P(Launchers, RendezvousFromEnvironment,
                                            Launcher{"mpich", "PMI_RANK", "PMI_SIZE"}),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// torchrun's job id is "torch-<MASTER_ADDR>-<MASTER_PORT>"; a cluster's service names make it
+// longer than a namespace may be (64 characters). Such a job still meets, and leaves nothing.
+TEST(Rendezvous, ALongMasterAddressStillNamesAValidNamespace) {
+  const std::string address =
+      "llama-pretrain-master-0.llama-pretrain.ml-team.svc.cluster.local";  // 64 characters
+  const std::string port = std::to_string(20000 + getpid() % 20000);
+  auto results = testing::run_ranks(2, [&](const testing::RankContext& ctx) {
+    unsetenv("SHMCCL_JOB_ID");
+    unsetenv("SHMCCL_NAMESPACE");
+    setenv("RANK", std::to_string(ctx.rank).c_str(), 1);
+    setenv("WORLD_SIZE", std::to_string(ctx.world).c_str(), 1);
+    setenv("MASTER_ADDR", address.c_str(), 1);
+    setenv("MASTER_PORT", port.c_str(), 1);
+    npu::set_device(ctx.rank);
+    init_process_group();
+    Tensor t = ones({4}, kInt32).npu();
+    all_reduce(t);
+    require(t.cpu().to_vector<int32_t>() == std::vector<int32_t>(4, 2), "all_reduce result");
+    destroy_process_group();
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+  EXPECT_TRUE(testing::shm_entries("shmccl.jtorch-llama-pretrain").empty());
+}
+
 // A program that makes a group per step (and lets it go) never fills the job's store: each
 // group's key goes once its members attached. 1100 groups: past the store's 1024 keys.
 TEST(Rendezvous, GroupsMadeInALoopNeverFillTheStore) {

@@ -12,6 +12,8 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <future>
+#include <memory>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -20,6 +22,8 @@
 #include "collectives/fault_injection.h"
 #include "collectives/group_state.h"
 #include "core/config.h"
+#include "device/device_context.h"
+#include "device/stream_impl.h"
 #include "multiprocess.h"
 
 namespace shmccl {
@@ -318,6 +322,49 @@ TEST(DepartureTest, APeerTimingOutAsTheLateRankEntersWaitsForItToLeaveItsTensors
     require(error_text.find("gave up on the call before this rank came") != std::string::npos,
             error_text);
   });
+}
+
+// The last rank's stream is held, so its asynchronous all-reduces 2 and 3 wait on the group's
+// stream, and its all-reduce 4 cannot be queued (SHMCCL_FAULT=queues:<rank>:bad_alloc:4). It
+// departs at 4 with its reason; once its stream goes on, all-reduce 2 finds the group failed and
+// moves the departure down to 2. The others wait in all-reduce 2, and must hear of it at once
+// (with the departure left at 4 they sat out their whole timeout).
+TEST(DepartureTest, ARankThatCouldNotQueueACallIsNamedInTheCallsQueuedBeforeIt) {
+  if (!fault::compiled_in()) GTEST_SKIP() << "no fault injection in this build";
+  run_at_every_size(
+      [](const testing::RankContext& ctx, Tensor& tensor, Shared& shared) {
+        const int victim = ctx.world - 1;
+        if (ctx.rank == victim) {
+          std::promise<void> gate;
+          std::shared_future<void> opened = gate.get_future().share();
+          device::current_stream_impl(ctx.rank % 8).enqueue([opened] { opened.wait(); });
+          std::shared_ptr<Work> second = all_reduce(tensor, ReduceOp::SUM, nullptr, true);
+          std::shared_ptr<Work> third = all_reduce(tensor, ReduceOp::SUM, nullptr, true);
+          try {
+            all_reduce(tensor, ReduceOp::SUM, nullptr, true);
+            throw testing::RequirementFailed("the injected bad_alloc did not come");
+          } catch (const std::bad_alloc&) {
+          }
+          gate.set_value();
+          for (const auto& work : {second, third}) {
+            try {
+              work->wait();
+              throw testing::RequirementFailed("a call queued before the failure ran");
+            } catch (const Error& error) {
+              require(std::string(error.what()).find("could not be queued") != std::string::npos,
+                      error.what());
+            }
+          }
+          outlive_the_survivors(ctx, shared);
+          return;
+        }
+        expect_departure_named([&] { all_reduce(tensor); },
+                               {str("rank ", victim, " (pid "), "failed collective 4",
+                                "takes no part in collective 2 or later",
+                                "collective 4 (all_reduce) could not be queued: std::bad_alloc"},
+                               ctx, shared);
+      },
+      [](int world) { return str("queues:", world - 1, ":bad_alloc:4"); });
 }
 
 // The last rank destroys its side of the group after two collectives and goes on living; the

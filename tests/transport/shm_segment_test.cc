@@ -240,8 +240,26 @@ TEST(SegmentNames, Sanitize) {
   EXPECT_EQ(sanitize_name_component(""), "default");
   EXPECT_EQ(sanitize_name_component("Job_1-a"), "Job_1-a");
   EXPECT_EQ(sanitize_name_component("a.b/c d\xff"), "a_b_c_d_");
-  EXPECT_EQ(sanitize_name_component(std::string(100, 'x')), std::string(64, 'x'));
   EXPECT_NO_THROW(segment_name(sanitize_name_component("any thing/at.all"), "store"));
+}
+
+// Long names keep their start and a hash of the whole: two ids that differ only past the cut
+// (one host name, two ports) must not share a namespace.
+TEST(SegmentNames, LongNamesKeepAHashOfTheWhole) {
+  const std::string host(80, 'h');
+  const std::string a = sanitize_name_component("torch-" + host + "-29500");
+  const std::string b = sanitize_name_component("torch-" + host + "-29501");
+  EXPECT_EQ(a.size(), 64u);
+  EXPECT_EQ(b.size(), 64u);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(a.substr(0, 47), ("torch-" + host).substr(0, 47));
+  EXPECT_EQ(a, sanitize_name_component("torch-" + host + "-29500"));  // the same in every rank
+  EXPECT_NO_THROW(segment_name(a, "store"));
+  const std::string j = "j" + sanitize_name_component(std::string(63, 'x') + ".", 63);
+  EXPECT_EQ(j.size(), 64u);
+  EXPECT_NO_THROW(segment_name(j, "store"));
+  EXPECT_EQ(sanitize_name_component(std::string(63, 'x'), 63), std::string(63, 'x'));
+  EXPECT_THROW(sanitize_name_component("x", 65), InvalidArgument);
 }
 
 TEST(SegmentNames, RandomTokens) {
