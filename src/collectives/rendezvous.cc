@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <functional>
+#include <map>
+#include <memory>
 
 #include "collectives/fault_injection.h"
 #include "core/check.h"
@@ -47,14 +49,35 @@ int first_env_int(std::initializer_list<const char*> names) {
   return -1;
 }
 
-// The init_process_group calls of this process, and those that succeeded: every rank of a job
-// makes its default groups together, so a count names one "generation" of groups in the job's
-// store. A store that outlives a failed attempt (a plugged-in one, or shmrun's) keeps that
+// The init_process_group calls of this process in one job, and those that succeeded: every rank
+// of a job makes its default groups together, so a count names one "generation" of groups in the
+// job's store. A store that outlives a failed attempt (a plugged-in one, or shmrun's) keeps that
 // attempt's keys, so each attempt takes a new generation there. The job's own store is removed
 // after a failed attempt and made afresh: there a retry takes the same generation as the failed
-// attempt, so it meets the ranks that were late for it.
-int g_inits = 0;
-int g_completed_inits = 0;
+// attempt, so it meets the ranks that were late for it. Counted per job (its namespace, or its
+// plugged-in store): a process that outlives its job meets new workers, at their first
+// generation, in the next.
+struct Generations {
+  int inits = 0;
+  int completed_inits = 0;
+  std::weak_ptr<transport::Store> store;  // a plugged-in store: the same object, not its address
+};
+std::map<std::string, Generations> g_generations;  // by generations_key()
+
+std::string generations_key(const JobInfo& job) {
+  if (job.store != nullptr) {
+    return detail::concat("store:", static_cast<const void*>(job.store.get()));
+  }
+  return "namespace:" + job.ns;
+}
+
+Generations& generations_of(const JobInfo& job) {
+  Generations& generations = g_generations[generations_key(job)];
+  if (job.store != nullptr && generations.store.lock() != job.store) {
+    generations = Generations{0, 0, job.store};  // a new store where an old one was
+  }
+  return generations;
+}
 
 }  // namespace
 
@@ -113,9 +136,13 @@ JobInfo resolve_job(const InitOptions& options) {
 }
 
 Rendezvous::Rendezvous(JobInfo job) : job_(std::move(job)) {
-  ++g_inits;
+  Generations& generations = generations_of(job_);
+  ++generations.inits;
   const bool store_outlives_attempt = job_.store != nullptr || job_.launcher_owns_namespace;
-  prefix_ = "g" + std::to_string(store_outlives_attempt ? g_inits : g_completed_inits + 1) + "/";
+  prefix_ =
+      "g" +
+      std::to_string(store_outlives_attempt ? generations.inits : generations.completed_inits + 1) +
+      "/";
   try {
     if (job_.store != nullptr) {
       store_ = job_.store;
@@ -371,7 +398,7 @@ void Rendezvous::abandon() {
 }
 
 void Rendezvous::world_complete() {
-  ++g_completed_inits;
+  ++generations_of(job_).completed_inits;
   // Every rank attached to the default group's control block, so every rank has the store mapped
   // and the lock open: the names can go now. Every rank removes them (whichever comes first), so
   // a rank that dies right after attaching leaks nothing; each removal checks that the name still

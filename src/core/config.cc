@@ -50,6 +50,9 @@ constexpr std::array kSettings = {
     Setting{"SHMCCL_STREAMING_BYTES", Kind::kBytes, "32M",
             "collectives writing at least this many bytes (all ranks together) copy with "
             "non-temporal stores, which skip the cache the data would only flush"},
+    Setting{"SHMCCL_OPS_CPU_SHARE", Kind::kInt, "0",
+            "CPUs a rank's operators count as its own (0: its CPUs divided among the job's ranks "
+            "that may run on them)"},
     Setting{"SHMCCL_OPS_THREADS", Kind::kInt, "0",
             "threads one rank's GEMMs use (0: the rank's share of the CPUs it may run on)"},
     Setting{"SHMCCL_OPS_WEIGHT_CACHE_BYTES", Kind::kBytes, "1G",

@@ -86,6 +86,23 @@ void check_same(const Tensor& a, const Tensor& b, const char* op) {
                    a.device(), " and ", b.device());
 }
 
+// `written` and `read` may be the same elements, or apart; partly the same, the kernels' result
+// would depend on the order they go through memory (and memcpy's is undefined), as torch's would.
+void check_no_partial_overlap(const Tensor& written, const Tensor& read, const char* op) {
+  if (written.storage() != read.storage()) return;
+  const size_t written_begin = written.storage_offset_bytes();
+  const size_t read_begin = read.storage_offset_bytes();
+  const size_t written_end = written_begin + written.nbytes();
+  const size_t read_end = read_begin + read.nbytes();
+  const bool apart = written_end <= read_begin || read_end <= written_begin;
+  const bool same = written_begin == read_begin && written_end == read_end;
+  SHMCCL_CHECK_ARG(apart || same, op,
+                   "(): some elements of the input tensor and the written-to tensor refer to a "
+                   "single memory location (bytes [",
+                   read_begin, ", ", read_end, ") and [", written_begin, ", ", written_end,
+                   ") of one storage); clone() the input first");
+}
+
 Tensor binary_op(kernels::BinaryOp op, const Tensor& a, const Tensor& b, const char* name) {
   check_same(a, b, name);
   Tensor out = empty(a.sizes(), a.dtype(), a.device());
@@ -198,6 +215,7 @@ Tensor& Tensor::copy_(const Tensor& source, bool non_blocking) {
                    numel(), " (shape ", sizes(), ") and ", source.numel(), " (shape ",
                    source.sizes(), ")");
   if (numel() == 0) return *this;
+  check_no_partial_overlap(*this, source, "copy_");
   storage()->bump_version();
   const Device to = device();
   const Device from = source.device();
@@ -227,13 +245,21 @@ Tensor& Tensor::copy_(const Tensor& source, bool non_blocking) {
       device::run_ordered(to, work);
     }
   } else {
-    if (from.index != to.index) {
+    const bool peer = from.index != to.index;
+    if (peer) {
       // Peer copy: the destination's stream must first reach the point where the source is ready.
       npu::Event ready;
       ready.record(npu::current_stream(from.index));
       npu::current_stream(to.index).wait_event(ready);
     }
     device::launch(to, work);
+    if (peer) {
+      // ...and the source's stream must not overwrite the source before the copy read it (as
+      // torch syncs both streams around a copy between devices).
+      npu::Event copied;
+      copied.record(npu::current_stream(to.index));
+      npu::current_stream(from.index).wait_event(copied);
+    }
   }
   return *this;
 }
@@ -254,6 +280,7 @@ Tensor& Tensor::fill_(double value) {
 
 Tensor& Tensor::add_(const Tensor& other) {
   check_same(*this, other, "add_");
+  check_no_partial_overlap(*this, other, "add_");
   storage()->bump_version();
   Tensor destination = *this;
   device::launch(device(), [destination, other] {
@@ -266,6 +293,7 @@ Tensor& Tensor::add_(const Tensor& other) {
 
 Tensor& Tensor::mul_(const Tensor& other) {
   check_same(*this, other, "mul_");
+  check_no_partial_overlap(*this, other, "mul_");
   storage()->bump_version();
   Tensor destination = *this;
   device::launch(device(), [destination, other] {

@@ -10,11 +10,13 @@
 #include <cstdlib>
 #include <list>
 #include <mutex>
+#include <new>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <optional>
 #include <unordered_map>
 #include <vector>
 
+#include "collectives/group_state.h"
 #include "core/check.h"
 #include "core/config.h"
 #include "core/cpu_quota.h"
@@ -61,7 +63,7 @@ struct PrimitiveKeyHash {
 
 struct CachedPrimitive {
   dnnl::matmul primitive;
-  memory::desc a_desc, weights_desc, plain_weights_desc, c_desc;
+  memory::desc a_desc, weights_desc, plain_weights_desc, c_desc, scratchpad_desc;
 };
 
 // One weight tensor in the layout a primitive wants.
@@ -79,10 +81,50 @@ struct CachedWeight {
 
 constexpr size_t kMaxPrimitives = 4096;
 
-// A thread's source and destination memory objects for one primitive.
+// A thread's source, destination and scratchpad memory objects for one primitive.
 struct ThreadMemories {
   std::weak_ptr<const CachedPrimitive> primitive;  // the entry may be dropped from the cache
-  memory a, c;
+  memory a, c, scratchpad;
+};
+
+// This thread's scratchpad, of at least `bytes`. Primitives are shared by every thread, and
+// oneDNN's own scratchpad (DNNL_ENABLE_CONCURRENT_EXEC is off in Debian's build) belongs to the
+// thread that created the primitive: two threads running GEMMs at once would share it. Each
+// execution brings its own instead (scratchpad_mode::user).
+void* thread_scratchpad(size_t bytes) {
+  struct Buffer {
+    void* data = nullptr;
+    size_t bytes = 0;
+    ~Buffer() { std::free(data); }
+  };
+  thread_local Buffer buffer;
+  if (bytes > buffer.bytes) {
+    constexpr size_t kPage = 4096;
+    const size_t rounded = (bytes + kPage - 1) / kPage * kPage;
+    void* data = std::aligned_alloc(kPage, rounded);
+    if (data == nullptr) throw std::bad_alloc();
+    std::free(buffer.data);
+    buffer.data = data;
+    buffer.bytes = rounded;
+  }
+  return buffer.data;
+}
+
+// Sets this thread's OpenMP team size for a GEMM and puts the caller's back after it: a
+// synchronous call runs on the caller's own thread, whose parallel regions are its own business.
+class OmpThreads {
+ public:
+  explicit OmpThreads(int threads) : saved_(omp_get_max_threads()) {
+    if (threads != saved_) omp_set_num_threads(threads);
+  }
+  ~OmpThreads() {
+    if (omp_get_max_threads() != saved_) omp_set_num_threads(saved_);
+  }
+  OmpThreads(const OmpThreads&) = delete;
+  OmpThreads& operator=(const OmpThreads&) = delete;
+
+ private:
+  const int saved_;
 };
 
 // GNU OpenMP's thread pool does not survive fork(): a child that runs a parallel region on the
@@ -124,7 +166,10 @@ struct MatmulEngine::Impl {
     if (memories.size() >= kMaxPrimitives) memories.clear();
     ThreadMemories& entry = memories[primitive.get()];
     entry = ThreadMemories{primitive, memory(primitive->a_desc, engine, DNNL_MEMORY_NONE),
-                           memory(primitive->c_desc, engine, DNNL_MEMORY_NONE)};
+                           memory(primitive->c_desc, engine, DNNL_MEMORY_NONE),
+                           primitive->scratchpad_desc.get_size() > 0
+                               ? memory(primitive->scratchpad_desc, engine, DNNL_MEMORY_NONE)
+                               : memory()};
     return entry;
   }
 
@@ -145,9 +190,12 @@ struct MatmulEngine::Impl {
     memory::desc weights_query =
         key.reordered_weights ? memory::desc({key.k, key.n}, type, Tag::any) : plain_weights;
     memory::desc c_desc({key.m, key.n}, memory::data_type::f32, Tag::ab);
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_desc, weights_query, c_desc), engine);
-    auto entry = std::make_shared<const CachedPrimitive>(
-        CachedPrimitive{dnnl::matmul(pd), a_desc, pd.weights_desc(), plain_weights, c_desc});
+    dnnl::primitive_attr attributes;
+    attributes.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_desc, weights_query, c_desc), attributes,
+                                    engine);
+    auto entry = std::make_shared<const CachedPrimitive>(CachedPrimitive{
+        dnnl::matmul(pd), a_desc, pd.weights_desc(), plain_weights, c_desc, pd.scratchpad_desc()});
     ++stats.primitives_created;
     primitives.emplace(key, entry);
     return entry;
@@ -230,7 +278,7 @@ void MatmulEngine::matmul(const MatmulShape& shape, const void* a, int64_t lda,
       note_pool_started();
     }
   }
-  omp_set_num_threads(threads);
+  const OmpThreads team(threads);
   // float16 weights are always converted (and so cached); the others only with a cache budget.
   const bool reorder = shape.dtype == kFloat16 || impl_->weight_budget > 0;
   const PrimitiveKey key{shape.m, shape.k, shape.n, lda, shape.dtype, reorder};
@@ -244,10 +292,14 @@ void MatmulEngine::matmul(const MatmulShape& shape, const void* a, int64_t lda,
   ThreadMemories& memories = impl_->thread_memories(cached);
   memories.a.set_data_handle(const_cast<void*>(a));
   memories.c.set_data_handle(c);
+  std::unordered_map<int, memory> arguments{
+      {DNNL_ARG_SRC, memories.a}, {DNNL_ARG_WEIGHTS, weights_memory}, {DNNL_ARG_DST, memories.c}};
+  if (const size_t scratchpad_bytes = entry.scratchpad_desc.get_size(); scratchpad_bytes > 0) {
+    memories.scratchpad.set_data_handle(thread_scratchpad(scratchpad_bytes));
+    arguments.emplace(DNNL_ARG_SCRATCHPAD, memories.scratchpad);
+  }
   dnnl::stream& stream = impl_->thread_stream();
-  entry.primitive.execute(
-      stream,
-      {{DNNL_ARG_SRC, memories.a}, {DNNL_ARG_WEIGHTS, weights_memory}, {DNNL_ARG_DST, memories.c}});
+  entry.primitive.execute(stream, arguments);
   stream.wait();
 }
 
@@ -268,31 +320,63 @@ void MatmulEngine::clear_caches() {
 
 namespace {
 
-// The CPUs one of `ranks` ranks may keep busy.
-int share_of(int ranks) {
+// How many of the job's ranks may run on a CPU this rank may run on (itself included), from the
+// CPU sets in the default group's control block; 0 before init_process_group.
+int ranks_sharing_my_cpus() {
+  if (!is_initialized()) return 0;
+  const transport::GroupTransport& world = default_group()->state().transport();
+  const transport::RankSlot& mine = world.slot(world.rank());
+  int sharing = 0;
+  for (int r = 0; r < world.size(); ++r) {
+    const transport::RankSlot& slot = world.slot(r);
+    for (size_t word = 0; word < transport::kCpuMaskWords; ++word) {
+      if ((slot.cpus[word] & mine.cpus[word]) != 0) {
+        ++sharing;
+        break;
+      }
+    }
+  }
+  return sharing;
+}
+
+int cpus_to_run_on() {
   cpu_set_t set;
   CPU_ZERO(&set);
-  int cpus = 1;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) cpus = CPU_COUNT(&set);
-  const long online = sysconf(_SC_NPROCESSORS_ONLN);
-  // Bound to fewer CPUs than the host has: the launcher gave this rank its own. Else the
-  // ranks share what they see.
-  int mine = online > 0 && cpus < online ? cpus : cpus / ranks;
-  // A cgroup's CPU limit (a container's --cpus) is the job's to share as well: GEMM threads
-  // beyond it only get every rank throttled.
-  if (const int quota = detail::cpu_quota_cores(); quota > 0) mine = std::min(mine, quota / ranks);
-  return std::max(1, mine);
+  return sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
 }
 
 }  // namespace
 
+int cpu_share_of(int cpus, int sharing, int online, int ranks, int quota) {
+  int mine = cpus;
+  if (sharing > 0) {
+    mine = cpus / sharing;
+  } else if (!(online > 0 && cpus < online) && ranks > 0) {
+    mine = cpus / ranks;  // unbound, as far as a rank can tell alone
+  }
+  // A cgroup's CPU limit (a container's --cpus) is the job's to share as well: GEMM threads
+  // beyond it only get every rank throttled.
+  if (quota > 0 && ranks > 0) mine = std::min(mine, quota / ranks);
+  return std::max(1, mine);
+}
+
 int cpu_share() {
-  // Kept once the job's size is known (the launcher's variables, or the default group): a GEMM
-  // before init_process_group with no such variables must not fix for good the share of a rank
-  // that then counted itself alone.
   static std::atomic<int> known{0};
   if (const int share = known.load(std::memory_order_relaxed); share > 0) [[likely]]
     return share;
+  if (const int64_t configured = config::get_int("SHMCCL_OPS_CPU_SHARE"); configured > 0) {
+    const int share = static_cast<int>(std::min<int64_t>(configured, 1 << 20));
+    known.store(share, std::memory_order_relaxed);
+    return share;
+  }
+  const int cpus = cpus_to_run_on();
+  const int online = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  const int quota = detail::cpu_quota_cores();
+  if (const int sharing = ranks_sharing_my_cpus(); sharing > 0) {
+    const int share = cpu_share_of(cpus, sharing, online, get_world_size(), quota);
+    known.store(share, std::memory_order_relaxed);
+    return share;
+  }
   int ranks = 0;
   for (const char* name : {"LOCAL_WORLD_SIZE", "WORLD_SIZE"}) {
     if (const char* value = std::getenv(name); value != nullptr && std::atoi(value) > 0) {
@@ -300,14 +384,9 @@ int cpu_share() {
       break;
     }
   }
-  if (ranks == 0 && is_initialized()) ranks = get_world_size();
-  if (ranks == 0) {
-    static const int alone = share_of(1);
-    return alone;
-  }
-  const int share = share_of(ranks);
-  known.store(share, std::memory_order_relaxed);
-  return share;
+  // Not kept: a GEMM before init_process_group must not fix for good the share of a rank that
+  // then learns who shares its CPUs.
+  return cpu_share_of(cpus, 0, online, ranks > 0 ? ranks : 1, quota);
 }
 
 int gemm_threads(int cpus) {

@@ -54,11 +54,19 @@ class MatmulEngine {
   std::unique_ptr<Impl> impl_;
 };
 
-// This rank's share of the host's CPUs: the CPUs it may run on, divided among the ranks of the job
-// on this host (LOCAL_WORLD_SIZE, WORLD_SIZE, or the default group's size) when they all see the
-// same CPUs; at least 1. Computed once per process once the job's size is known. Ranks may differ
-// (bindings of unequal size): what all of a group's ranks must agree on takes the group's least.
+// This rank's share of the host's CPUs: the CPUs it may run on, divided among the job's ranks
+// that may run on any of them (from the CPU sets every rank leaves in the default group's
+// control block), and at most its share of a cgroup's CPU limit; at least 1. Before
+// init_process_group, with only the launcher's LOCAL_WORLD_SIZE or WORLD_SIZE, a guess: a rank
+// bound to fewer CPUs than the host has owns them, else the ranks share them. Kept once the
+// ranks' CPU sets are known. SHMCCL_OPS_CPU_SHARE sets it instead. Ranks may differ (bindings of
+// unequal size): what all of a group's ranks must agree on takes the group's least.
 int cpu_share();
+
+// cpu_share's arithmetic: `cpus` this rank may run on, `sharing` ranks (itself included) that
+// may run on some of them (0: not known), `online` CPUs of the host, `ranks` of the job, a
+// cgroup limit of `quota` CPUs (0: none).
+int cpu_share_of(int cpus, int sharing, int online, int ranks, int quota);
 
 // Threads one rank's GEMMs use: SHMCCL_OPS_THREADS if set, else `cpus`.
 int gemm_threads(int cpus = cpu_share());

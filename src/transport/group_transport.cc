@@ -43,11 +43,12 @@ cpu_set_t usable_cpus() {
   return set;
 }
 
-// Peer arenas mapped into this process, by (pid, token). Kept for the process's lifetime: a
-// mapping stays valid after its owner exits (we hold our own fd), so late readers never fault.
+// Peer arenas mapped into this process, by (pid, token), shared by the groups that reach them.
+// Each group holds the ones it mapped (GroupTransport::peer_arenas_): a mapping stays valid after
+// its owner exits (we hold our own fd), so late readers in a live group never fault.
 struct ArenaMappings {
   std::mutex mutex;
-  std::map<std::pair<int32_t, uint64_t>, std::shared_ptr<device::ArenaMapping>> mappings;
+  std::map<std::pair<int32_t, uint64_t>, std::weak_ptr<device::ArenaMapping>> mappings;
 };
 
 ArenaMappings& arena_mappings() {
@@ -508,10 +509,14 @@ char* GroupTransport::resolve(const BufferRef& shared_ref, uint64_t bytes) const
     std::lock_guard<std::mutex> lock(registry.mutex);
     const auto key = std::make_pair(handle.pid, handle.token);
     auto found = registry.mappings.find(key);
-    if (found == registry.mappings.end()) {
-      found = registry.mappings.emplace(key, device::ArenaMapping::open(handle)).first;
+    if (found != registry.mappings.end()) mapping = found->second.lock();
+    if (mapping == nullptr) {
+      std::erase_if(registry.mappings, [](const auto& entry) { return entry.second.expired(); });
+      mapping = device::ArenaMapping::open(handle);
+      registry.mappings[key] = mapping;
     }
-    mapping = found->second;
+    if (std::find(peer_arenas_.begin(), peer_arenas_.end(), mapping) == peer_arenas_.end())
+      peer_arenas_.push_back(mapping);
   } catch (const Error& error) {
     // Usually the peer died while we were about to map its memory: say which rank it was.
     if (!healthy()) throw_failure(error.what());

@@ -33,6 +33,10 @@
 #include "transport/peer_monitor.h"
 #include "transport/shm_segment.h"
 
+namespace shmccl::device {
+class ArenaMapping;
+}  // namespace shmccl::device
+
 namespace shmccl::transport {
 
 class GroupTransport {
@@ -159,7 +163,8 @@ class GroupTransport {
   bool healthy() const;
 
   // The address of `ref`'s first byte in this process; checks that `bytes` fit in its arena.
-  // Maps a peer's arena on first use (and keeps it mapped for the process's lifetime).
+  // Maps a peer's arena on first use (and keeps it mapped while this group, or another group of
+  // this process that mapped it, lives).
   char* resolve(const BufferRef& ref, uint64_t bytes) const;
   // Peer buffers from this size up get this process's page tables filled when resolved.
   static constexpr uint64_t kPopulateBytes = 64 * 1024;
@@ -233,6 +238,11 @@ class GroupTransport {
   const int size_;
   std::vector<pid_t> peer_pids_;
   std::vector<PeerMonitor::WatchId> watches_;
+  // The peer arenas this group mapped, held while it lives. The process-wide registry keeps only
+  // weak references: once no group can read a peer's memory, its mapping goes, and with it the
+  // peer's memory if the peer exited (a long-lived rank meeting new peers job after job would
+  // otherwise keep every one's memory). Guarded by the registry's mutex.
+  mutable std::vector<std::shared_ptr<device::ArenaMapping>> peer_arenas_;
   bool oversubscribed_ = false;
   uint64_t chunk_bytes_ = 0;
   bool whole_job_ = true;  // wait_for_all_attached's `whole_job`

@@ -292,16 +292,18 @@ TEST_P(GroupedMatmulAllReduceTest, FusedEqualsGroupedMatmulThenAllReduce) {
 }
 
 // comm_turn 0 lets the operator choose its rounds, which are collectives: ranks whose CPU shares
-// differ (bound to CPU sets of unequal size: here rank 1 to one CPU, rank 0 to all it has, alone
-// by LOCAL_WORLD_SIZE) must still choose the same ones. Both also run a GEMM before they join
-// the group, which must not fix a share as if the rank ran alone.
+// differ must still choose the same ones. Rank 1 is bound to one CPU; rank 0 may run on all and
+// is given a share of 2 (SHMCCL_OPS_CPU_SHARE: on this 2-CPU host a share is 1 otherwise, since
+// rank 1 runs on one of its CPUs). Both also run a GEMM before they join the group, which must
+// not fix a share as if the rank ran alone.
 TEST(GroupedMatmulRounds, RanksWithUnequalCpuSharesChooseTheSameRounds) {
   cpu_set_t cpus;
   ASSERT_EQ(sched_getaffinity(0, sizeof(cpus), &cpus), 0);
   if (CPU_COUNT(&cpus) < 2) GTEST_SKIP() << "one CPU: every share is 1";
   auto results = testing::run_ranks(2, [cpus](const testing::RankContext& ctx) {
     if (ctx.rank == 0) {
-      setenv("LOCAL_WORLD_SIZE", "1", 1);
+      setenv("SHMCCL_OPS_CPU_SHARE", "2", 1);
+      config::reload();
     } else {
       cpu_set_t one;
       CPU_ZERO(&one);
@@ -317,7 +319,7 @@ TEST(GroupedMatmulRounds, RanksWithUnequalCpuSharesChooseTheSameRounds) {
     Tensor warm = ones({2, 2}, kFloat32).npu();
     npu_grouped_matmul({warm}, {warm});
     ctx.init();
-    require(ctx.rank == 0 ? ops::cpu_share() >= 2 : ops::cpu_share() == 1,
+    require(ctx.rank == 0 ? ops::cpu_share() == 2 : ops::cpu_share() == 1,
             str("rank ", ctx.rank, ": share ", ops::cpu_share()));
     const int64_t m = 1024, k = 8, n = 1024;  // 1M output elements: several automatic rounds
     for (int call = 0; call < 2; ++call) {

@@ -1,0 +1,94 @@
+// Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
+//
+// MatmulEngine on its own: GEMMs of several threads at once over primitives another thread
+// created (each brings its own scratchpad), and the caller's OpenMP team size left as it was.
+// oneDNN's library scratchpad belongs to the thread that created a primitive (primitive_iface's
+// init); the race it leaves is a few stores wide (brgemm's 640-byte batch array), so the first
+// test is a guard that rarely fires, not proof: the scratchpad mode is the fix.
+#include "ops/matmul_engine.h"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <atomic>
+#include <cstdint>
+#include <latch>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shmccl/tensor.hpp"
+
+namespace shmccl::ops {
+namespace {
+
+struct Problem {
+  MatmulShape shape;
+  Tensor a;
+  Tensor weight;
+  std::vector<float> expected;  // the engine's own result on one thread, before any concurrency
+};
+
+// bfloat16 with an odd k: oneDNN's brgemm matmul then stages A in its scratchpad too.
+Problem make_problem(int64_t m, int64_t k, int64_t n, int seed) {
+  Problem p;
+  p.shape = MatmulShape{m, k, n, kBFloat16};
+  std::vector<float> a(static_cast<size_t>(m * k)), w(static_cast<size_t>(k * n));
+  for (size_t i = 0; i < a.size(); ++i)
+    a[i] = static_cast<float>((i * 7 + seed) % 13) - 6.0f;
+  for (size_t i = 0; i < w.size(); ++i)
+    w[i] = static_cast<float>((i * 5 + seed) % 11) - 5.0f;
+  p.a = from_vector<float>(a, {m, k}).to(kBFloat16);
+  p.weight = from_vector<float>(w, {k, n}).to(kBFloat16);
+  p.expected.resize(static_cast<size_t>(m * n));
+  MatmulEngine::instance().matmul(p.shape, p.a.data_ptr(), k, p.weight, p.expected.data(), 1);
+  return p;
+}
+
+TEST(MatmulEngineTest, ThreadsRunGemmsAtOnceOnPrimitivesAnotherThreadCreated) {
+  // Created here, on this thread; run below on two others at once, 5000 times each.
+  std::vector<Problem> problems{make_problem(48, 33, 40, 1), make_problem(20, 65, 24, 2)};
+  std::atomic<int> wrong{0};
+  std::latch start(2);
+  std::vector<std::thread> threads;
+  for (const Problem& p : problems) {
+    threads.emplace_back([&p, &wrong, &start] {
+      std::vector<float> c(p.expected.size());
+      start.arrive_and_wait();
+      for (int i = 0; i < 5000; ++i) {
+        MatmulEngine::instance().matmul(p.shape, p.a.data_ptr(), p.shape.k, p.weight, c.data(), 1);
+        if (c != p.expected) wrong.fetch_add(1);
+      }
+    });
+  }
+  for (std::thread& thread : threads)
+    thread.join();
+  EXPECT_EQ(wrong.load(), 0) << "GEMMs that returned another call's numbers";
+}
+
+TEST(MatmulEngineTest, TheCallersOpenMpTeamSizeIsPutBack) {
+  const Problem p = make_problem(8, 16, 8, 3);
+  std::vector<float> c(p.expected.size());
+  omp_set_num_threads(3);
+  MatmulEngine::instance().matmul(p.shape, p.a.data_ptr(), p.shape.k, p.weight, c.data(), 1);
+  EXPECT_EQ(omp_get_max_threads(), 3);
+  EXPECT_EQ(c, p.expected);
+}
+
+// The ranks that may run on a rank's CPUs share them, whether a launcher bound them there or a
+// taskset around the whole job did (a CPU set smaller than the host's is not always the rank's).
+TEST(CpuShareTest, RanksShareTheCpusTheyMayRunOn) {
+  // cpu_share_of(cpus, sharing, online, ranks, quota)
+  EXPECT_EQ(cpu_share_of(8, 8, 64, 8, 0), 1);    // taskset -c 0-7 around 8 ranks
+  EXPECT_EQ(cpu_share_of(32, 4, 64, 8, 0), 8);   // --numa-binding node: 4 ranks on each node
+  EXPECT_EQ(cpu_share_of(8, 1, 64, 8, 0), 8);    // a core complex of its own
+  EXPECT_EQ(cpu_share_of(2, 4, 2, 4, 0), 1);     // 4 unbound ranks on 2 CPUs
+  EXPECT_EQ(cpu_share_of(64, 8, 64, 8, 16), 2);  // a container's 16 CPUs among 8 ranks
+  EXPECT_EQ(cpu_share_of(2, 1, 2, 1, 0), 2);     // alone
+  // Before init_process_group the ranks' CPU sets are unknown: a smaller set is the rank's own.
+  EXPECT_EQ(cpu_share_of(8, 0, 64, 8, 0), 8);
+  EXPECT_EQ(cpu_share_of(64, 0, 64, 8, 0), 8);
+}
+
+}  // namespace
+}  // namespace shmccl::ops
