@@ -2,6 +2,7 @@
 #include "launcher/error_files.h"
 
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
 
 #include "core/json.h"
@@ -58,6 +59,24 @@ std::optional<RecordedError> read_error_file(const std::string& path) {
   }
   if (recorded.traceback.empty()) recorded.traceback = recorded.message;
   return recorded;
+}
+
+bool write_launcher_error_file(const std::string& path,
+                               const std::optional<RecordedError>& recorded, int error_code,
+                               const std::string& message) {
+  const std::string text = recorded ? recorded->message : message;
+  const std::string callstack =
+      recorded && !recorded->traceback.empty() ? recorded->traceback : text;
+  const long timestamp = recorded && recorded->timestamp ? *recorded->timestamp
+                                                         : static_cast<long>(std::time(nullptr));
+  const std::string document = "{\"message\": {\"message\": " + json::quote(text) +
+                               ", \"extraInfo\": {\"py_callstack\": " + json::quote(callstack) +
+                               ", \"timestamp\": \"" + std::to_string(timestamp) +
+                               "\"}, \"errorCode\": " + std::to_string(error_code) + "}}\n";
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << document;
+  out.flush();
+  return static_cast<bool>(out);
 }
 
 }  // namespace shmccl::launcher

@@ -24,4 +24,14 @@ struct RecordedError {
 // when there is none. A file in another layout is shown as it is, cut at 4 KiB.
 std::optional<RecordedError> read_error_file(const std::string& path);
 
+// shmrun's own error file, when whoever started it gave it a TORCHELASTIC_ERROR_FILE (a
+// scheduler, an outer elastic agent): the root cause's recorded error, as torch's @record around
+// torchrun's main copies it up, with `error_code` (the failed rank's exit code) added as torch
+// adds it; or, when that rank recorded nothing, `message`. torch's layout:
+// {"message": {"message": ..., "extraInfo": {"py_callstack": ..., "timestamp": "..."},
+// "errorCode": N}}. False (and errno) when it cannot be written.
+bool write_launcher_error_file(const std::string& path,
+                               const std::optional<RecordedError>& recorded, int error_code,
+                               const std::string& message);
+
 }  // namespace shmccl::launcher

@@ -1,7 +1,9 @@
 // Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
 //
 // shmrun: starts the ranks of a shmccl job on this host and supervises them (docs/launcher.md).
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,6 +11,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <optional>
 #include <string>
@@ -17,6 +20,7 @@
 #include "core/config.h"
 #include "core/logging.h"
 #include "launcher/console_sink.h"
+#include "launcher/error_files.h"
 #include "launcher/failure_summary.h"
 #include "launcher/launch_plan.h"
 #include "launcher/options.h"
@@ -105,6 +109,19 @@ void say(const SignalWatcher& signals, std::optional<int> signal, const std::str
   console.drain(signals.fd(), bound);
 }
 
+// Who started shmrun may have given it an error file of its own (torchelastic's
+// TORCHELASTIC_ERROR_FILE; the ranks get theirs): the root cause goes there, as torchrun's
+// @record puts it.
+void report_to_parent(const std::optional<RecordedError>& recorded, int error_code,
+                      const std::string& message) {
+  const char* path = std::getenv("TORCHELASTIC_ERROR_FILE");
+  if (path == nullptr || *path == '\0') return;
+  if (!write_launcher_error_file(path, recorded, error_code, message)) {
+    std::fprintf(stderr, "shmrun: warning: cannot write TORCHELASTIC_ERROR_FILE %s: %s\n", path,
+                 std::strerror(errno));
+  }
+}
+
 int run_job(const Options& options) {
   std::vector<std::string> warnings;
   LaunchPlan plan = make_launch_plan(options, &warnings);
@@ -173,6 +190,9 @@ int run_job(const Options& options) {
                                       info.st_mtime >= job_start);
     }
     const std::string summary = format_failure_summary(context, failed, result.others);
+    report_to_parent(failed.recorded, failed.status.shell_code(),
+                     "shmrun: rank " + std::to_string(failed.rank) + " (pid " +
+                         std::to_string(failed.pid) + ") failed with " + failed.status.describe());
     say(signals, signal, summary);
     return failed.status.shell_code();
   }
@@ -186,8 +206,31 @@ void ensure_standard_fds() {
   }
 }
 
+// What shmrun inherited beyond stdin, stdout and stderr must not reach the ranks, as Python's
+// subprocess (and so torchrun) closes it: a lock a script holds on fd 9, a pipe whose reader
+// waits for EOF. The children ask close_range(CLOSE_RANGE_CLOEXEC) too, but that flag is Linux
+// 5.11+; before, the call fails and only this holds.
+void close_inherited_fds_on_exec() {
+  DIR* directory = opendir("/proc/self/fd");
+  if (directory == nullptr) return;
+  const int own = dirfd(directory);
+  while (const dirent* entry = readdir(directory)) {
+    char* end = nullptr;
+    const long fd = std::strtol(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0' || fd < 3 || fd == own) continue;
+    const int flags = fcntl(static_cast<int>(fd), F_GETFD);
+    if (flags >= 0 && (flags & FD_CLOEXEC) == 0)
+      fcntl(static_cast<int>(fd), F_SETFD, flags | FD_CLOEXEC);
+  }
+  closedir(directory);
+}
+
 int shmrun_main(int argc, char** argv) {
   ensure_standard_fds();
+  close_inherited_fds_on_exec();
+  // An ignored SIGCHLD (a parent's SIG_IGN survives exec) makes the kernel reap the ranks at
+  // once: waitid() on them fails, and their pids could be reused while shmrun still signals them.
+  signal(SIGCHLD, SIG_DFL);
   Options options;
   try {
     std::vector<std::string> args = environment_options(std::getenv);
@@ -214,9 +257,11 @@ int shmrun_main(int argc, char** argv) {
     }
   } catch (const LaunchError& error) {
     std::fprintf(stderr, "shmrun: error: %s\n", error.what());
+    report_to_parent(std::nullopt, error.exit_code(), std::string("shmrun: ") + error.what());
     return error.exit_code();
   } catch (const std::exception& error) {
     std::fprintf(stderr, "shmrun: error: %s\n", error.what());
+    report_to_parent(std::nullopt, kExitError, std::string("shmrun: ") + error.what());
   }
   return kExitError;
 }

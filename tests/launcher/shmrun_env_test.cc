@@ -1,11 +1,18 @@
 // Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
 //
 // End to end: the environment shmrun gives every rank (the contract with init_process_group).
+#include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "shmrun_harness.h"
 
@@ -58,6 +65,52 @@ TEST_P(EnvTest, EveryRankGetsTheLauncherVariables) {
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, EnvTest, ::testing::Values(2, 4));
+
+// An fd that shmrun inherited without close-on-exec (a lock a script holds, a pipe) does not
+// reach the ranks, as torchrun's workers (Python's subprocess) get none: the ranks have their
+// standard streams and the job's lock only.
+TEST(Env, ARankGetsNoFdThatShmrunInherited) {
+  const int inherited = fcntl(STDERR_FILENO, F_DUPFD, 57);  // no FD_CLOEXEC on a dup
+  ASSERT_GE(inherited, 57);
+  const RunResult result = run_shmrun({"--nproc-per-node", "2", kWorker, "fds"});
+  close(inherited);
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  std::vector<std::string> lists;  // "0,1,2,5" of each rank ("[rankN]:fds=0,1,2,5")
+  std::istringstream lines(result.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (const size_t at = line.find("fds="); at != std::string::npos)
+      lists.push_back(line.substr(at + 4));
+  }
+  ASSERT_EQ(lists.size(), 2u) << result.out;
+  for (const std::string& list : lists) {
+    std::vector<int> fds;
+    std::istringstream in(list);
+    for (std::string fd; std::getline(in, fd, ',');)
+      fds.push_back(std::stoi(fd));
+    EXPECT_EQ(std::count(fds.begin(), fds.end(), inherited), 0) << list;
+    EXPECT_EQ(fds.size(), 4u) << "0, 1, 2 and the job's lock; got " << list;
+  }
+}
+
+// A parent that ignores SIGCHLD (a daemon's SIG_IGN, which survives exec) must not make the
+// kernel reap the ranks behind shmrun's back: shmrun waits for them itself.
+TEST(Env, AnIgnoredSigchldIsNotInheritedByTheSupervisor) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    signal(SIGCHLD, SIG_IGN);
+    const int null = open("/dev/null", O_WRONLY);
+    dup2(null, STDOUT_FILENO);
+    dup2(null, STDERR_FILENO);
+    execl(kShmrun.c_str(), "shmrun", "--nproc-per-node", "2", kWorker.c_str(), "session",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "shmrun ended with status " << status;
+}
 
 // Each rank leads its own session, as torchrun's workers do: a rank that reads the terminal is
 // not stopped by SIGTTIN as a background job of shmrun's session would be.

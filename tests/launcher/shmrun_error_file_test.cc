@@ -97,6 +97,41 @@ TEST(ErrorFile, AnEarlierRunsFileIsNotReported) {
   EXPECT_EQ(root_cause(result.err).find("traceback"), std::string::npos) << result.err;
 }
 
+// shmrun given a TORCHELASTIC_ERROR_FILE of its own (a scheduler, an outer agent) puts the root
+// cause there, as torch's @record around torchrun's main does: the rank's recorded error with
+// its exit code as errorCode, or a message of shmrun's when the rank recorded nothing.
+TEST(ErrorFile, TheRootCauseGoesToShmrunsOwnErrorFile) {
+  TempDir dir;
+  const std::string mine = dir.path() + "/launcher_error.json";
+  const RunResult result = run_shmrun({"--nproc-per-node", "2", kWorker, "error-file", "1"},
+                                      {"TORCHELASTIC_ERROR_FILE=" + mine});
+  EXPECT_EQ(result.exit_code, 1) << result.err;
+  std::optional<json::Value> file = json::parse(read_file(mine));
+  ASSERT_TRUE(file && file->is_object()) << read_file(mine);
+  const json::Value* message = file->find("message");
+  ASSERT_TRUE(message != nullptr && message->is_object()) << read_file(mine);
+  EXPECT_EQ(message->find("message")->string, "RuntimeError: loss is NaN") << read_file(mine);
+  ASSERT_TRUE(message->find("errorCode") != nullptr) << read_file(mine);
+  EXPECT_EQ(message->find("errorCode")->number, 1);
+  const json::Value* extra = message->find("extraInfo");
+  ASSERT_TRUE(extra != nullptr && extra->find("py_callstack") != nullptr);
+  EXPECT_NE(extra->find("py_callstack")->string.find("File \"train.py\", line 3"),
+            std::string::npos);
+
+  const RunResult silent = run_shmrun({"--nproc-per-node", "2", kWorker, "exit", "3", "0"},
+                                      {"TORCHELASTIC_ERROR_FILE=" + mine});
+  EXPECT_EQ(silent.exit_code, 3) << silent.err;
+  file = json::parse(read_file(mine));
+  ASSERT_TRUE(file && file->is_object()) << read_file(mine);
+  message = file->find("message");
+  ASSERT_TRUE(message != nullptr && message->is_object()) << read_file(mine);
+  EXPECT_NE(message->find("message")->string.find("shmrun: rank 0 (pid "), std::string::npos)
+      << read_file(mine);
+  EXPECT_NE(message->find("message")->string.find("exit code 3"), std::string::npos)
+      << read_file(mine);
+  EXPECT_EQ(message->find("errorCode")->number, 3);
+}
+
 // The restart notice says why the rank failed.
 TEST(ErrorFile, TheRestartNoticeQuotesTheRecordedError) {
   const RunResult result =

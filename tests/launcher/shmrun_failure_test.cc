@@ -440,10 +440,11 @@ TEST(Failure, RanksDieWithAKilledShmrun) {
   const RunResult result = shmrun.wait();
   EXPECT_EQ(result.exit_code, 128 + SIGKILL);
   expect_ranks_gone(result.err, 2);  // PR_SET_PDEATHSIG
-  // A SIGKILLed shmrun cannot clean up: that is what --cleanup is for.
+  // A SIGKILLed shmrun cannot clean up: that is what --cleanup is for. (Any shmrun that starts
+  // meanwhile, another test's under ctest -j, removes what a killed launcher left, so the
+  // entries may already be gone; either way none may stay.)
   const std::vector<std::string> all = namespaces(result.err);
   ASSERT_EQ(all.size(), 1u);
-  EXPECT_FALSE(shm_entries(all[0]).empty());
   const RunResult cleanup = run_shmrun({"--cleanup", all[0]});
   EXPECT_EQ(cleanup.exit_code, 0) << cleanup.err;
   EXPECT_TRUE(shm_entries(all[0]).empty()) << cleanup.out;

@@ -22,6 +22,7 @@
 //   flood-both           write lines without pause, on stdout and stderr in turn
 //   flood-until-usr2 RANK  rank RANK says so on stderr and exits 3 once it receives SIGUSR2;
 //                        the others write lines without pause
+#include <dirent.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
@@ -115,6 +116,17 @@ int main(int argc, char** argv) {
       std::printf("%s=%s\n", name, value != nullptr ? value : "<unset>");
     }
     std::printf("PPID=%d\n", static_cast<int>(getppid()));
+    return 0;
+  }
+  if (mode == "fds") {  // the fds this rank was started with
+    std::string fds;
+    DIR* directory = opendir("/proc/self/fd");
+    while (const dirent* entry = directory != nullptr ? readdir(directory) : nullptr) {
+      if (entry->d_name[0] == '.' || std::atoi(entry->d_name) == dirfd(directory)) continue;
+      fds += std::string(fds.empty() ? "" : ",") + entry->d_name;
+    }
+    if (directory != nullptr) closedir(directory);
+    std::printf("fds=%s\n", fds.c_str());
     return 0;
   }
   if (mode == "sleep") wait_forever();
