@@ -5,7 +5,7 @@
 // oneDNN 2.6: callers convert it to float32 first (the engine does so for weights it caches).
 //
 // Two caches make repeated calls cheap, as a framework's are:
-// - primitives per (m, k, n, dtype): creating one costs 0.2-0.4 ms;
+// - primitives per (m, k, n, dtype, threads): creating one costs 0.2-0.4 ms;
 // - weights reordered into the layout the primitive prefers (86-95% of peak instead of ~84%),
 //   per weight tensor: its storage, offset, shape, dtype and write counter (Tensor::version()),
 //   so a weight written since is reordered again. Bounded by SHMCCL_OPS_WEIGHT_CACHE_BYTES.

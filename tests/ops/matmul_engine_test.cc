@@ -75,6 +75,22 @@ TEST(MatmulEngineTest, TheCallersOpenMpTeamSizeIsPutBack) {
   EXPECT_EQ(c, p.expected);
 }
 
+// oneDNN's brgemm matmul divides its work among the team it was made for: a primitive made on
+// one thread, reused by a call that asks for two, would run on one.
+TEST(MatmulEngineTest, AGemmOnAnotherTeamSizeGetsAPrimitiveMadeForIt) {
+  MatmulEngine& engine = MatmulEngine::instance();
+  engine.clear_caches();
+  const uint64_t before = engine.stats().primitives_created;
+  const Problem p = make_problem(96, 128, 64, 4);  // made on one thread
+  ASSERT_EQ(engine.stats().primitives_created, before + 1);
+  std::vector<float> c(p.expected.size());
+  engine.matmul(p.shape, p.a.data_ptr(), p.shape.k, p.weight, c.data(), 1);
+  EXPECT_EQ(engine.stats().primitives_created, before + 1) << "one thread again: the same one";
+  engine.matmul(p.shape, p.a.data_ptr(), p.shape.k, p.weight, c.data(), 2);
+  EXPECT_EQ(engine.stats().primitives_created, before + 2) << "two threads: one of their own";
+  EXPECT_EQ(c, p.expected);
+}
+
 // The ranks that may run on a rank's CPUs share them, whether a launcher bound them there or a
 // taskset around the whole job did (a CPU set smaller than the host's is not always the rank's).
 TEST(CpuShareTest, RanksShareTheCpusTheyMayRunOn) {
