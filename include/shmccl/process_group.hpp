@@ -37,8 +37,10 @@ class GroupState;
 
 // How init_process_group finds its peers. Unset fields come from the environment: RANK /
 // WORLD_SIZE (or OMPI_COMM_WORLD_RANK / _SIZE, or PMI_RANK / PMI_SIZE), the job from
-// SHMCCL_JOB_ID (or TORCHELASTIC_RUN_ID, or MASTER_ADDR:MASTER_PORT as torch's env://, or the MPI
-// job), the timeout from SHMCCL_TIMEOUT (default 10 minutes).
+// SHMCCL_JOB_ID (or MASTER_ADDR:MASTER_PORT as torch's env://, or the MPI job), the timeout from
+// SHMCCL_TIMEOUT (default 10 minutes). torchrun's TORCHELASTIC_RUN_ID is not used: its default,
+// "none", is the same for every job. The shared-memory namespace of shmrun's ranks
+// (SHMCCL_NAMESPACE) applies to the job shmrun started, not to a job_id given here that differs.
 struct InitOptions {
   int rank = -1;
   int world_size = -1;
@@ -50,6 +52,8 @@ struct InitOptions {
   std::shared_ptr<Store> store;
 };
 
+// Once per process until destroy_process_group(): a second call throws. InitOptions::timeout
+// (or SHMCCL_TIMEOUT) must be > 0.
 void init_process_group(const InitOptions& options = {});
 bool is_initialized();
 // Destroys the default group and every group created from it (collectives still in flight
@@ -59,12 +63,15 @@ bool is_initialized();
 // theirs on the way out, as a later collective would have: this waits for them to call it (the
 // group's timeout at most), and a mismatch, or a peer that never calls it, is thrown
 // (RemoteError, TimeoutError) once every group is down.
-void destroy_process_group();
+void destroy_process_group();  // does nothing without init_process_group
+// Before init_process_group (or after destroy_process_group) these three throw.
 ProcessGroupPtr default_group();
 int get_rank(const ProcessGroupPtr& group = nullptr);
 int get_world_size(const ProcessGroupPtr& group = nullptr);
 // A sub-group of the default group's ranks (all ranks of the default group must call it, in the
-// same order, with the same list). Ranks outside `ranks` get nullptr.
+// same order, with the same list). Ranks outside `ranks` get nullptr. As torch's new_group, the
+// list is sorted: group rank i is the i-th smallest default-group rank in it. timeout: the
+// default group's when negative; 0 is refused.
 ProcessGroupPtr new_group(const std::vector<int>& ranks,
                           std::chrono::milliseconds timeout = std::chrono::milliseconds{-1});
 // The group whose comm_name() is `name`; InvalidArgument when there is none.
@@ -105,6 +112,8 @@ class ProcessGroup {
                                    bool async_op = false);
   std::shared_ptr<Work> all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::SUM,
                                    bool async_op = false);
+  // src is a rank of this group (as c10d's ProcessGroup::broadcast's rootRank); the free
+  // function's src is a rank of the default group (as torch.distributed.broadcast's).
   std::shared_ptr<Work> broadcast(Tensor& tensor, int src, bool async_op = false);
   std::shared_ptr<Work> barrier(bool async_op = false);
 
@@ -143,6 +152,7 @@ std::shared_ptr<Work> all_gather(std::vector<Tensor>& outputs, const Tensor& inp
                                  const ProcessGroupPtr& group = nullptr, bool async_op = false);
 std::shared_ptr<Work> all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::SUM,
                                  const ProcessGroupPtr& group = nullptr, bool async_op = false);
+// src is a rank of the default group, which must be a member of `group` (as in torch).
 std::shared_ptr<Work> broadcast(Tensor& tensor, int src, const ProcessGroupPtr& group = nullptr,
                                 bool async_op = false);
 std::shared_ptr<Work> barrier(const ProcessGroupPtr& group = nullptr, bool async_op = false);

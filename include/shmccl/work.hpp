@@ -35,7 +35,8 @@ class Work {
   bool is_success() const;
   // The error it finished with, or nullptr.
   std::exception_ptr exception() const;
-  // Blocks until it finished. Returns true; rethrows its error (a shmccl::Error). With a timeout
+  // Blocks until it finished. Returns true; rethrows its error (a shmccl::Error, or std::bad_alloc
+  // as itself). With a timeout
   // (>= 0; a negative one, kNoTimeout, is none; a huge one, milliseconds::max(), waits as long
   // as it takes), returns false if it has not finished by then (the collective goes on; its own
   // timeout and peer checks bound it once it started). Without one, a collective that has not

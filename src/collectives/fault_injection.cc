@@ -152,10 +152,13 @@ Spec parse(const std::string& text) {
       known = true;
     }
   }
-  SHMCCL_CHECK_ARG(known, "SHMCCL_FAULT='", text, "': unknown point '", parts[0],
-                   "' (before_arrival, after_arrival, before_copy, mid_copy, after_copy, "
-                   "joins_group, publishes_group, rendezvous, barrier, timed_out, gave_up, "
-                   "awaits_peers)");
+  if (!known) {
+    std::string points;
+    for (const auto& entry : kPoints)
+      points += std::string(points.empty() ? "" : ", ") + entry.name;
+    throw InvalidArgument(shmccl::detail::concat("SHMCCL_FAULT='", text, "': unknown point '",
+                                                 parts[0], "' (", points, ")"));
+  }
   uint64_t rank = 0;
   SHMCCL_CHECK_ARG(parse_number(parts[1], &rank) && rank < (1u << 20), "SHMCCL_FAULT='", text,
                    "': '", parts[1], "' is not a rank");

@@ -135,6 +135,7 @@ ProcessGroupPtr new_group(const std::vector<int>& ranks, std::chrono::millisecon
                    "new_group: duplicate ranks in ", ranks);
   SHMCCL_CHECK_ARG(members.front() >= 0 && members.back() < world_size, "new_group: ranks ", ranks,
                    " are out of range for world size ", world_size);
+  SHMCCL_CHECK_ARG(timeout.count() != 0, "new_group: the timeout must be > 0 ms, got 0 ms");
   const std::string key = "sub" + std::to_string(++state.subgroups);
   const collectives::JobInfo& job = state.rendezvous->job();
   if (std::find(members.begin(), members.end(), job.rank) == members.end()) return nullptr;

@@ -118,7 +118,12 @@ JobInfo resolve_job(const InitOptions& options) {
         "init_process_group: no job id: pass InitOptions::job_id or set SHMCCL_JOB_ID (or "
         "MASTER_ADDR and MASTER_PORT), the same on every rank; shmrun sets it");
   }
-  if (const char* ns = env("SHMCCL_NAMESPACE")) {
+  // The launcher's namespace is its job's: a program that starts jobs of its own under shmrun
+  // (explicit job ids) must not put them all in one namespace.
+  const char* launcher_job = env("SHMCCL_JOB_ID");
+  const bool launchers_job =
+      options.job_id.empty() || (launcher_job != nullptr && options.job_id == launcher_job);
+  if (const char* ns = env("SHMCCL_NAMESPACE"); ns != nullptr && launchers_job) {
     job.ns = transport::sanitize_name_component(ns);
     job.launcher_owns_namespace = env("SHMCCL_LOCK_FD") != nullptr;
   } else if (!job.job_id.empty()) {
@@ -128,9 +133,14 @@ JobInfo resolve_job(const InitOptions& options) {
   job.store = options.store;
   if (options.timeout.count() >= 0) {
     job.timeout = options.timeout;
+    SHMCCL_CHECK_ARG(job.timeout.count() > 0,
+                     "init_process_group: the timeout must be > 0 ms, got 0 ms");
   } else {
     job.timeout = std::chrono::milliseconds(
         static_cast<int64_t>(config::get_seconds("SHMCCL_TIMEOUT") * 1000.0));
+    SHMCCL_CHECK_ARG(job.timeout.count() > 0,
+                     "init_process_group: SHMCCL_TIMEOUT=", config::get_string("SHMCCL_TIMEOUT"),
+                     ": the timeout must be > 0 ms");
   }
   return job;
 }

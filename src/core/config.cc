@@ -85,6 +85,9 @@ constexpr std::array kSettings = {
     Setting{"SHMCCL_JOB_ID", Kind::kString, "", "job id shared by the ranks of one job"},
     Setting{"SHMCCL_NAMESPACE", Kind::kString, "",
             "prefix of the job's shared-memory segment names (set by shmrun)"},
+    Setting{"SHMCCL_LOCK_FD", Kind::kString, "",
+            "fd of shmrun's lock on the namespace (set by shmrun): shmrun, not the ranks, then "
+            "removes the job's leftover segments"},
 };
 
 struct ParsedValues {

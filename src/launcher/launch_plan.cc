@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -18,6 +19,7 @@
 #include "device/visible_devices.h"
 #include "launcher/child_process.h"
 #include "launcher/job_namespace.h"
+#include "transport/control_block.h"
 
 extern char** environ;
 
@@ -209,12 +211,25 @@ LaunchPlan make_launch_plan(const Options& options, std::vector<std::string>* wa
   switch (options.nproc_per_node) {
     case Options::kAutoRanks:
       plan.world_size = usable_cpu_count();
+      if (plan.world_size > transport::kMaxRanks && warnings != nullptr) {
+        warnings->push_back("--nproc-per-node auto starts " + std::to_string(transport::kMaxRanks) +
+                            " ranks, not one per usable CPU (" + std::to_string(plan.world_size) +
+                            "): a shmccl group has at most " +
+                            std::to_string(transport::kMaxRanks) + " ranks");
+      }
+      plan.world_size = std::min(plan.world_size, transport::kMaxRanks);
       break;
     case Options::kNpuRanks:
       plan.world_size = static_cast<int>(visible_devices("--nproc-per-node npu").size());
       break;
     default:
       plan.world_size = options.nproc_per_node;
+  }
+  if (plan.world_size > transport::kMaxRanks && warnings != nullptr) {
+    // Not refused: the program may not use shmccl at all.
+    warnings->push_back(std::to_string(plan.world_size) + " ranks: a shmccl group has at most " +
+                        std::to_string(transport::kMaxRanks) +
+                        " ranks, so init_process_group will fail on every rank of this job");
   }
   default_omp_threads(plan, warnings);
   check_ranks_filter(options, plan.world_size, warnings);

@@ -238,6 +238,7 @@ int shmrun_main(int argc, char** argv) {
     options = parse_options(args);
   } catch (const UsageError& error) {
     std::fprintf(stderr, "%s\nshmrun: error: %s\n", usage_line(), error.what());
+    report_to_parent(std::nullopt, 2, std::string("shmrun: ") + error.what());
     return 2;
   }
   try {

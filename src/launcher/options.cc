@@ -503,8 +503,8 @@ at `--` or at the program.
 
 Ranks:
   --nproc-per-node N|auto|npu
-                            ranks to start (auto, cpu: one per usable core; npu: one per
-                            simulated NPU, ASCEND_RT_VISIBLE_DEVICES or
+                            ranks to start (auto, cpu: one per usable CPU, at most 64;
+                            npu: one per simulated NPU, ASCEND_RT_VISIBLE_DEVICES or
                             SHMCCL_NPU_DEVICE_COUNT) [1]
   --nnodes 1, --node-rank 0 only one node is supported
   --master-addr ADDR        MASTER_ADDR given to the ranks [127.0.0.1]

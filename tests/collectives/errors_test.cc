@@ -141,7 +141,24 @@ TEST(CollectiveErrorsTest, NotInitializedAndDoubleInit) {
     too_many.job_id = testing::unique_job_id();
     require_error([&] { init_process_group(too_many); },
                   "world size 65 exceeds the maximum of 64 ranks on one host");
+    // A timeout of 0 would fail every wait at once: refused as set_timeout refuses it.
+    InitOptions no_time;
+    no_time.rank = 0;
+    no_time.world_size = 1;
+    no_time.job_id = testing::unique_job_id();
+    no_time.timeout = std::chrono::milliseconds(0);
+    require_error([&] { init_process_group(no_time); },
+                  "init_process_group: the timeout must be > 0 ms, got 0 ms");
+    no_time.timeout = std::chrono::milliseconds(-1);
+    setenv("SHMCCL_TIMEOUT", "0", 1);
+    config::reload();
+    require_error([&] { init_process_group(no_time); },
+                  "init_process_group: SHMCCL_TIMEOUT=0: the timeout must be > 0 ms");
+    unsetenv("SHMCCL_TIMEOUT");
+    config::reload();
     ctx.init();
+    require_error([&] { new_group({0}, std::chrono::milliseconds(0)); },
+                  "new_group: the timeout must be > 0 ms, got 0 ms");
     require_error([&] { ctx.init(); }, "already initialized");
     destroy_process_group();
     ctx.init();  // again, after destroy

@@ -84,6 +84,33 @@ TEST(Rendezvous, ALongMasterAddressStillNamesAValidNamespace) {
   EXPECT_TRUE(testing::shm_entries("shmccl.jtorch-llama-pretrain").empty());
 }
 
+// A program run by shmrun that starts jobs of its own, with job ids of its own, gets a namespace
+// per job: shmrun's SHMCCL_NAMESPACE is for the job shmrun started. Here ranks 0-1 and 2-3 are
+// two jobs of 2 ranks under one launcher's environment; in one namespace they would meet.
+TEST(Rendezvous, JobsWithTheirOwnIdsUnderShmrunMeetOnlyTheirOwnRanks) {
+  const std::string launcher_job = testing::unique_job_id();
+  const std::string launcher_namespace = "ns-" + launcher_job;
+  auto results = testing::run_ranks(4, [&](const testing::RankContext& ctx) {
+    setenv("SHMCCL_JOB_ID", launcher_job.c_str(), 1);
+    setenv("SHMCCL_NAMESPACE", launcher_namespace.c_str(), 1);
+    const int job = ctx.rank / 2;
+    InitOptions options;
+    options.rank = ctx.rank % 2;
+    options.world_size = 2;
+    options.job_id = ctx.job_id + "-sub" + std::to_string(job);
+    options.timeout = std::chrono::seconds(10);
+    npu::set_device(ctx.rank % 2);
+    init_process_group(options);
+    Tensor t = full({4}, job + 1, kInt32).npu();
+    all_reduce(t);
+    require(t.cpu().to_vector<int32_t>() == std::vector<int32_t>(4, 2 * (job + 1)),
+            "all_reduce over this job's ranks only");
+    destroy_process_group();
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+  EXPECT_TRUE(testing::shm_entries("shmccl." + launcher_namespace).empty());
+}
+
 // A program that makes a group per step (and lets it go) never fills the job's store: each
 // group's key goes once its members attached. 1100 groups: past the store's 1024 keys.
 TEST(Rendezvous, GroupsMadeInALoopNeverFillTheStore) {

@@ -162,6 +162,20 @@ TEST(Env, PetVariablesGiveOptions) {
       << bad.err;
 }
 
+// shmrun starts more ranks than a shmccl group takes (its program may not use shmccl), but says
+// before they start that init_process_group would fail on all of them.
+TEST(Env, MoreRanksThanAGroupTakesAreStartedWithAWarning) {
+  const RunResult many = run_shmrun({"--nproc-per-node", "65", "true"});
+  EXPECT_EQ(many.exit_code, 0) << many.err;
+  EXPECT_NE(many.err.find("shmrun: warning: 65 ranks: a shmccl group has at most 64 ranks, so "
+                          "init_process_group will fail on every rank of this job"),
+            std::string::npos)
+      << many.err;
+  const RunResult fine = run_shmrun({"--nproc-per-node", "64", "true"});
+  EXPECT_EQ(fine.exit_code, 0) << fine.err;
+  EXPECT_EQ(fine.err.find("at most 64"), std::string::npos) << fine.err;
+}
+
 // As torchrun: with more than one rank and OMP_NUM_THREADS unset, every rank gets 1, and shmrun
 // says so; an inherited value, or a single rank, is left alone.
 TEST(Env, OmpNumThreadsIsOneForSeveralRanksUnlessSet) {

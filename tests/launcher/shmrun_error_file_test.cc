@@ -97,39 +97,65 @@ TEST(ErrorFile, AnEarlierRunsFileIsNotReported) {
   EXPECT_EQ(root_cause(result.err).find("traceback"), std::string::npos) << result.err;
 }
 
+// What torchelastic's error file at `path` says: message.message, message.errorCode and
+// message.extraInfo.py_callstack ("" and -1 where missing); `valid` when it parses as one.
+struct ElasticErrorFile {
+  bool valid = false;
+  std::string message;
+  double error_code = -1;
+  std::string py_callstack;
+};
+
+ElasticErrorFile read_elastic_error_file(const std::string& path) {
+  ElasticErrorFile result;
+  const std::optional<json::Value> file = json::parse(read_file(path));
+  const json::Value* message = file && file->is_object() ? file->find("message") : nullptr;
+  if (message == nullptr || !message->is_object()) return result;
+  result.valid = true;
+  if (const json::Value* text = message->find("message")) result.message = text->string;
+  if (const json::Value* code = message->find("errorCode")) result.error_code = code->number;
+  const json::Value* extra = message->find("extraInfo");
+  if (const json::Value* stack = extra ? extra->find("py_callstack") : nullptr) {
+    result.py_callstack = stack->string;
+  }
+  return result;
+}
+
 // shmrun given a TORCHELASTIC_ERROR_FILE of its own (a scheduler, an outer agent) puts the root
 // cause there, as torch's @record around torchrun's main does: the rank's recorded error with
-// its exit code as errorCode, or a message of shmrun's when the rank recorded nothing.
+// its exit code as errorCode, or a message of shmrun's when the rank recorded nothing, or
+// shmrun's own error.
 TEST(ErrorFile, TheRootCauseGoesToShmrunsOwnErrorFile) {
   TempDir dir;
   const std::string mine = dir.path() + "/launcher_error.json";
   const RunResult result = run_shmrun({"--nproc-per-node", "2", kWorker, "error-file", "1"},
                                       {"TORCHELASTIC_ERROR_FILE=" + mine});
   EXPECT_EQ(result.exit_code, 1) << result.err;
-  std::optional<json::Value> file = json::parse(read_file(mine));
-  ASSERT_TRUE(file && file->is_object()) << read_file(mine);
-  const json::Value* message = file->find("message");
-  ASSERT_TRUE(message != nullptr && message->is_object()) << read_file(mine);
-  EXPECT_EQ(message->find("message")->string, "RuntimeError: loss is NaN") << read_file(mine);
-  ASSERT_TRUE(message->find("errorCode") != nullptr) << read_file(mine);
-  EXPECT_EQ(message->find("errorCode")->number, 1);
-  const json::Value* extra = message->find("extraInfo");
-  ASSERT_TRUE(extra != nullptr && extra->find("py_callstack") != nullptr);
-  EXPECT_NE(extra->find("py_callstack")->string.find("File \"train.py\", line 3"),
-            std::string::npos);
+  ElasticErrorFile file = read_elastic_error_file(mine);
+  ASSERT_TRUE(file.valid) << read_file(mine);
+  EXPECT_EQ(file.message, "RuntimeError: loss is NaN") << read_file(mine);
+  EXPECT_EQ(file.error_code, 1) << read_file(mine);
+  EXPECT_NE(file.py_callstack.find("File \"train.py\", line 3"), std::string::npos)
+      << read_file(mine);
 
   const RunResult silent = run_shmrun({"--nproc-per-node", "2", kWorker, "exit", "3", "0"},
                                       {"TORCHELASTIC_ERROR_FILE=" + mine});
   EXPECT_EQ(silent.exit_code, 3) << silent.err;
-  file = json::parse(read_file(mine));
-  ASSERT_TRUE(file && file->is_object()) << read_file(mine);
-  message = file->find("message");
-  ASSERT_TRUE(message != nullptr && message->is_object()) << read_file(mine);
-  EXPECT_NE(message->find("message")->string.find("shmrun: rank 0 (pid "), std::string::npos)
-      << read_file(mine);
-  EXPECT_NE(message->find("message")->string.find("exit code 3"), std::string::npos)
-      << read_file(mine);
-  EXPECT_EQ(message->find("errorCode")->number, 3);
+  file = read_elastic_error_file(mine);
+  ASSERT_TRUE(file.valid) << read_file(mine);
+  EXPECT_NE(file.message.find("shmrun: rank 0 (pid "), std::string::npos) << file.message;
+  EXPECT_NE(file.message.find("exit code 3"), std::string::npos) << file.message;
+  EXPECT_EQ(file.error_code, 3);
+
+  // An error of shmrun's own, before any rank: a bad option.
+  const RunResult usage = run_shmrun({"--nproc-per-node", "two", kWorker, "exit", "0", "0"},
+                                     {"TORCHELASTIC_ERROR_FILE=" + mine});
+  EXPECT_EQ(usage.exit_code, 2) << usage.err;
+  file = read_elastic_error_file(mine);
+  ASSERT_TRUE(file.valid) << read_file(mine);
+  EXPECT_NE(file.message.find("shmrun: option --nproc-per-node: invalid value"), std::string::npos)
+      << file.message;
+  EXPECT_EQ(file.error_code, 2);
 }
 
 // The restart notice says why the rank failed.
