@@ -180,7 +180,7 @@ void Rendezvous::open_lock() {
   // Locked before it has its public name, as shmrun makes its own: a cleaner (`shmrun --cleanup`,
   // or any starting shmrun) removes a namespace whose lock file nobody holds, so an unlocked
   // moment between creating and locking could cost a starting job its segments.
-  std::string temporary = "/dev/shm/.shmccl-lock-XXXXXX";
+  std::string temporary = std::string("/dev/shm/") + transport::kLockTemporaryPrefix + "XXXXXX";
   const int made = ::mkostemp(temporary.data(), O_CLOEXEC);  // mode 0600
   if (made >= 0) {
     ::flock(made, LOCK_SH);

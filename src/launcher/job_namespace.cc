@@ -13,6 +13,7 @@
 
 #include "core/check.h"
 #include "core/logging.h"
+#include "transport/segment_names.h"
 
 namespace shmccl::launcher {
 namespace {
@@ -66,7 +67,7 @@ std::vector<std::string> list_shm_entries(const std::string& prefix) {
 JobNamespace JobNamespace::create(const std::string& run_id) {
   // Lock first, publish second: the lock file is made under a private temporary name, locked,
   // and only then linked to its public name (link fails on an existing name, like O_EXCL).
-  std::string temporary = std::string(kShmDir) + "/.shmccl-lock-XXXXXX";
+  std::string temporary = std::string(kShmDir) + "/" + transport::kLockTemporaryPrefix + "XXXXXX";
   FileDescriptor lock(mkostemp(temporary.data(), O_CLOEXEC));  // mode 0600
   if (!lock) detail::throw_system_error("mkostemp(" + temporary + ")", errno);
   struct RemoveTemporary {

@@ -3,15 +3,18 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <map>
 
 #include "core/file_descriptor.h"
 #include "launcher/job_namespace.h"
+#include "transport/segment_names.h"
 
 namespace shmccl::launcher {
 namespace {
@@ -42,6 +45,28 @@ void remove_namespace(const std::string& ns, const std::vector<std::string>& ent
     if (entry != lock_name) remove(entry);
   }
   if (std::find(entries.begin(), entries.end(), lock_name) != entries.end()) remove(lock_name);
+}
+
+// Lock files' temporaries that a process killed while making one left (segment_names.h). A
+// younger one may be about to be locked by a starting job, and one that is held is being made
+// into a lock now.
+constexpr time_t kAbandonedAfterSeconds = 60;
+
+void remove_abandoned_lock_temporaries(CleanupReport& report) {
+  const time_t now = time(nullptr);
+  for (const std::string& entry : list_shm_entries(transport::kLockTemporaryPrefix)) {
+    const std::string path = path_of(entry);
+    FileDescriptor file(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+    struct stat info;
+    if (!file || fstat(file.get(), &info) != 0 || !S_ISREG(info.st_mode)) continue;
+    if (now - info.st_mtime < kAbandonedAfterSeconds) continue;
+    if (flock(file.get(), LOCK_EX | LOCK_NB) != 0) continue;
+    if (unlink(path.c_str()) == 0) {
+      report.removed.push_back(entry);
+    } else if (errno != ENOENT) {
+      report.errors.push_back("cannot remove " + path + ": " + std::strerror(errno));
+    }
+  }
 }
 
 }  // namespace
@@ -75,6 +100,7 @@ CleanupReport cleanup_stale_namespaces(const std::vector<std::string>& only, boo
     }
     remove_namespace(ns, entries, report);
   }
+  if (only.empty()) remove_abandoned_lock_temporaries(report);
   return report;
 }
 

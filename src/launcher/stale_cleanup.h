@@ -18,7 +18,8 @@ struct CleanupReport {
   std::vector<std::string> errors;   // what could not be examined or removed, and why
 };
 
-// Considers the given namespaces, or every shmccl namespace in /dev/shm when `only` is empty.
+// Considers the given namespaces, or every shmccl namespace in /dev/shm when `only` is empty;
+// then also removes lock temporaries (segment_names.h) older than a minute that nobody holds.
 // `launched_only`: only namespaces with a lock file, which shmrun makes (a job whose ranks were
 // started by hand or by mpirun has none, and its being live cannot be told): what a shmrun
 // removes by itself before each job, the leftovers of a shmrun killed by SIGKILL.

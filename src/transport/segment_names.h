@@ -21,6 +21,12 @@ namespace shmccl::transport {
 // string, so long names that differ anywhere give different components.
 std::string sanitize_name_component(std::string component, size_t max_length = 64);
 
+// A namespace's lock file (/dev/shm/shmccl.<ns>.lock) is made under a temporary name with this
+// prefix in /dev/shm, locked, then linked to its public name, so that a cleaner never finds it
+// unlocked. A process killed between making and unlinking the temporary leaves it:
+// `shmrun --cleanup` removes those nobody holds after a minute.
+inline constexpr const char* kLockTemporaryPrefix = ".shmccl-lock-";
+
 // "/shmccl.<ns>.<suffix>". `ns` must be a sanitised component (non-empty, [A-Za-z0-9_-] only,
 // at most 64 characters); `suffix` must be non-empty and made of [A-Za-z0-9_.-]. Throws
 // InvalidArgument otherwise, and when the result is not a valid shm name (too long).

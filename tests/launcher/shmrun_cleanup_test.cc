@@ -3,6 +3,9 @@
 // End to end: `shmrun --cleanup` removes the namespaces nobody holds and leaves live ones alone.
 // The test names its namespaces on the command line so it never touches another job's.
 #include <sys/file.h>
+#include <sys/stat.h>
+
+#include <ctime>
 
 #include "shmrun_harness.h"
 
@@ -84,6 +87,34 @@ TEST(Cleanup, TheNextJobRemovesWhatAKilledShmrunLeft) {
   EXPECT_EQ(shm_entries(lockless).size(), 1u) << "a namespace shmrun did not make is not its own";
   EXPECT_EQ(run_shmrun({"--cleanup", lockless}).exit_code, 0);
   EXPECT_TRUE(shm_entries(lockless).empty());
+}
+
+// A lock file is made under a temporary name (/dev/shm/.shmccl-lock-XXXXXX), locked, then given
+// its public name. A process killed in between leaves the temporary; a starting shmrun removes
+// those older than a minute that nobody holds.
+TEST(Cleanup, TheNextJobRemovesLockTemporariesAKilledProcessLeft) {
+  const std::string tag = "/dev/shm/.shmccl-lock-test" + std::to_string(getpid());
+  const auto make_temporary = [](const std::string& path, int age_seconds) {
+    const int fd = open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+    EXPECT_GE(fd, 0) << path;
+    const timespec times[2] = {{0, UTIME_OMIT}, {time(nullptr) - age_seconds, 0}};
+    EXPECT_EQ(futimens(fd, times), 0) << path;
+    return fd;
+  };
+  const auto exists = [](const std::string& path) { return access(path.c_str(), F_OK) == 0; };
+  close(make_temporary(tag + "-abandoned", 120));
+  const int held = make_temporary(tag + "-held", 120);
+  ASSERT_EQ(flock(held, LOCK_SH), 0);
+  close(make_temporary(tag + "-young", 0));
+
+  const RunResult next = run_shmrun({"-v", kWorker, "exit", "0", "0"});
+  EXPECT_EQ(next.exit_code, 0) << next.err;
+  EXPECT_FALSE(exists(tag + "-abandoned")) << next.err;
+  EXPECT_TRUE(exists(tag + "-held")) << "a held one is being made into a lock";
+  EXPECT_TRUE(exists(tag + "-young")) << "a young one may be about to be locked";
+  close(held);
+  unlink((tag + "-held").c_str());
+  unlink((tag + "-young").c_str());
 }
 
 }  // namespace
