@@ -12,6 +12,7 @@
 // shmccl::RemoteError / TimeoutError on every rank.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -69,9 +70,12 @@ ProcessGroupPtr default_group();
 int get_rank(const ProcessGroupPtr& group = nullptr);
 int get_world_size(const ProcessGroupPtr& group = nullptr);
 // A sub-group of the default group's ranks (all ranks of the default group must call it, in the
-// same order, with the same list). Ranks outside `ranks` get nullptr. As torch's new_group, the
-// list is sorted: group rank i is the i-th smallest default-group rank in it. timeout: the
-// default group's when negative; 0 is refused.
+// same order, with the same list). As torch's new_group, the list is sorted: group rank i is the
+// i-th smallest default-group rank in it. timeout: the default group's when negative; 0 is
+// refused. Ranks outside `ranks` get a group they are not a member of, as torch's
+// NON_GROUP_MEMBER (not nullptr, which means the default group): is_member() is false, rank()
+// and size() are -1 (torch's get_rank and get_world_size), and its collectives do nothing, with
+// a warning, and return a completed Work.
 ProcessGroupPtr new_group(const std::vector<int>& ranks,
                           std::chrono::milliseconds timeout = std::chrono::milliseconds{-1});
 // The group whose comm_name() is `name`; InvalidArgument when there is none.
@@ -83,11 +87,13 @@ class ProcessGroup {
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
 
-  int rank() const;
-  int size() const;
+  bool is_member() const { return state_ != nullptr; }
+  int rank() const;  // -1 on a rank that is not a member
+  int size() const;  // -1 on a rank that is not a member
   // A process-unique name (the hcomm of torch_npu operators); group_from_comm_name resolves it.
   const std::string& comm_name() const;
-  // The ranks of the default group that form this group, in group-rank order.
+  // The ranks of the default group that form this group, in group-rank order (on non-members
+  // too).
   const std::vector<int>& global_ranks() const;
   std::chrono::milliseconds timeout() const;
   void set_timeout(std::chrono::milliseconds timeout);
@@ -127,11 +133,18 @@ class ProcessGroup {
   void shutdown() noexcept;
 
   // For the library's layers.
-  detail::GroupState& state() { return *state_; }
+  detail::GroupState& state() { return *state_; }  // members only
+  // What a rank outside `global_ranks` gets from new_group.
+  static std::shared_ptr<ProcessGroup> non_member(std::vector<int> global_ranks);
   explicit ProcessGroup(std::unique_ptr<detail::GroupState> state);
 
  private:
-  std::unique_ptr<detail::GroupState> state_;
+  // A collective called on a non-member: nothing to do.
+  std::shared_ptr<Work> skip(const char* op);
+
+  std::unique_ptr<detail::GroupState> state_;  // null on a non-member
+  std::vector<int> non_member_ranks_;          // global_ranks() of a non-member
+  std::atomic<bool> warned_not_member_{false};
 };
 
 // Free-function spellings (group nullptr: the default group).

@@ -27,10 +27,14 @@ namespace {
 using collectives::OpPlan;
 using transport::OpKind;
 
+// (Tensor shapes cannot overflow: their bytes were allocated. The check is for shapes with a
+// zero dimension, which allocate nothing whatever the others are.)
 int64_t product_of_trailing(const std::vector<int64_t>& sizes) {
   int64_t product = 1;
-  for (size_t d = 1; d < sizes.size(); ++d)
-    product *= sizes[d];
+  for (size_t d = 1; d < sizes.size(); ++d) {
+    SHMCCL_CHECK_ARG(!__builtin_mul_overflow(product, sizes[d], &product), "shape ", sizes,
+                     ": its row has more than 2^63 elements");
+  }
   return product;
 }
 
@@ -88,27 +92,87 @@ void set_splits(OpPlan& plan, const std::vector<int64_t>& split_sizes, const cha
     SHMCCL_CHECK_ARG(split_sizes[static_cast<size_t>(r)] >= 0, plan.name,
                      ": split sizes must be non-negative, got ", split_sizes);
     plan.splits[static_cast<size_t>(r)] = split_sizes[static_cast<size_t>(r)];
-    total += split_sizes[static_cast<size_t>(r)];
+    SHMCCL_CHECK_ARG(!__builtin_add_overflow(total, split_sizes[static_cast<size_t>(r)], &total),
+                     plan.name, ": Split sizes doesn't match total dim 0 size (split sizes ",
+                     split_sizes, " sum to more than 2^63, ", tensor, " dim 0 is ", dim0, ")");
   }
   SHMCCL_CHECK_ARG(total == dim0, plan.name,
                    ": Split sizes doesn't match total dim 0 size (split sizes ", split_sizes,
                    " sum to ", total, ", ", tensor, " dim 0 is ", dim0, ")");
 }
 
+[[noreturn, gnu::cold, gnu::noinline]] void throw_overlap(const char* op, const char* part_name,
+                                                          const std::string& whole_name,
+                                                          size_t part_begin, size_t part_end,
+                                                          size_t whole_begin, size_t whole_end,
+                                                          int64_t first_row, int64_t rows) {
+  const std::string allowed =
+      rows < 0 ? detail::concat("it must be apart from ", whole_name)
+               : detail::concat("in place it must be exactly this rank's rows [", first_row, ", ",
+                                first_row + rows, ") of the ", whole_name, ", else apart from it");
+  throw InvalidArgument(
+      detail::concat(op, ": the ", part_name, " and the ", whole_name, " partly overlap (bytes [",
+                     part_begin, ", ", part_end, ") and [", whole_begin, ", ", whole_end,
+                     ") of one storage): ", allowed, "; clone() the ", part_name, " first"));
+}
+
+// `part` (this rank's input of an all-gather, its output of a reduce-scatter) is either apart
+// from `whole` or exactly its rows [first_row, +rows) (in place, as torch allows; rows < 0: no
+// such rows). A partial overlap would be read while it is written, and what came out would
+// depend on the path (the inline path stages it, zero-copy and the host pipeline do not), on
+// every rank.
+void check_in_place_or_apart(const char* op, const Tensor& part, const char* part_name,
+                             const Tensor& whole, const char* whole_name, int64_t first_row,
+                             int64_t rows, int64_t row_elements) {
+  if (part.storage() != whole.storage()) [[likely]]
+    return;
+  const size_t part_begin = part.storage_offset_bytes();
+  const size_t part_end = part_begin + part.nbytes();
+  const size_t whole_begin = whole.storage_offset_bytes();
+  const size_t whole_end = whole_begin + whole.nbytes();
+  if (part_end <= whole_begin || whole_end <= part_begin || part_begin == part_end) return;
+  if (rows >= 0) {
+    const size_t row_bytes = static_cast<size_t>(row_elements) * whole.element_size();
+    const size_t slot_begin = whole_begin + static_cast<size_t>(first_row) * row_bytes;
+    if (part_begin == slot_begin && part_end == slot_begin + static_cast<size_t>(rows) * row_bytes)
+      return;
+  }
+  throw_overlap(op, part_name, whole_name, part_begin, part_end, whole_begin, whole_end, first_row,
+                rows);
+}
+
+int64_t rows_before(const OpPlan& plan, int rank) {
+  int64_t rows = 0;
+  for (int r = 0; r < rank; ++r)
+    rows += plan.splits[static_cast<size_t>(r)];
+  return rows;
+}
+
+[[noreturn, gnu::cold, gnu::noinline]] void throw_devices(const char* op, int first, int second) {
+  throw InvalidArgument(detail::concat(op, ": tensors on npu:", first, " and npu:", second,
+                                       ": a collective's NPU tensors must be on one device (its "
+                                       "stream orders the call), as NCCL's must"));
+}
+
+// The NPU device whose current stream the call is ordered after, -1 if none: the one device of
+// the call's NPU tensors (host tensors may come with them).
 int ordering_device(const OpPlan& plan) {
-  // (device() is out of line: asked once per tensor.)
-  if (plan.input().defined()) {
-    const Device device = plan.input().device();
-    if (device.is_npu()) return device.index;
-  }
-  if (plan.output().defined()) {
-    const Device device = plan.output().device();
-    if (device.is_npu()) return device.index;
-  }
-  for (const Tensor& output : plan.outputs()) {
-    if (output.is_npu()) return output.device().index;
-  }
-  return -1;
+  int device = -1;
+  const auto consider = [&](const Tensor& tensor) {
+    if (!tensor.defined()) return;
+    const Device where = tensor.device();  // (out of line: asked once per tensor)
+    if (!where.is_npu()) return;
+    if (device < 0) {
+      device = where.index;
+    } else if (where.index != device) [[unlikely]] {
+      throw_devices(plan.name, device, where.index);
+    }
+  };
+  consider(plan.input());
+  consider(plan.output());
+  for (const Tensor& output : plan.outputs())
+    consider(output);
+  return device;
 }
 
 // kCallerStream: an async collective starts after the work queued so far on the caller's stream
@@ -218,6 +282,7 @@ ProcessGroup::~ProcessGroup() {
 }
 
 void ProcessGroup::shutdown() noexcept {
+  if (!state_) return;
   const std::exception_ptr error = collectives::shut_down(*this);
   if (!error) return;
   try {
@@ -253,30 +318,46 @@ std::exception_ptr shut_down(ProcessGroup& group) noexcept {
 
 }  // namespace collectives
 
+std::shared_ptr<ProcessGroup> ProcessGroup::non_member(std::vector<int> global_ranks) {
+  auto group = std::make_shared<ProcessGroup>(nullptr);
+  group->non_member_ranks_ = std::move(global_ranks);
+  return group;
+}
+
+std::shared_ptr<Work> ProcessGroup::skip(const char* op) {
+  // torch's _warn_not_in_group, once per group here: a training loop would repeat it per step.
+  if (!warned_not_member_.exchange(true, std::memory_order_relaxed)) {
+    SHMCCL_WARN(kColl, "running ", op, " on a group this rank is not a member of (ranks ",
+                non_member_ranks_, "): it does nothing here, as in torch");
+  }
+  return detail::completed_work();
+}
+
 int ProcessGroup::rank() const {
-  return state_->rank();
+  return state_ ? state_->rank() : -1;
 }
 int ProcessGroup::size() const {
-  return state_->size();
+  return state_ ? state_->size() : -1;
 }
 const std::string& ProcessGroup::comm_name() const {
-  return state_->comm_name();
+  static const std::string none;
+  return state_ ? state_->comm_name() : none;
 }
 const std::vector<int>& ProcessGroup::global_ranks() const {
-  return state_->global_ranks();
+  return state_ ? state_->global_ranks() : non_member_ranks_;
 }
 std::chrono::milliseconds ProcessGroup::timeout() const {
-  return state_->timeout();
+  return state_ ? state_->timeout() : std::chrono::milliseconds(0);
 }
 void ProcessGroup::set_timeout(std::chrono::milliseconds timeout) {
   SHMCCL_CHECK_ARG(timeout.count() > 0,
                    "ProcessGroup::set_timeout: the timeout must be > 0 ms, got ", timeout.count(),
                    " ms");
-  state_->set_timeout(timeout);
+  if (state_) state_->set_timeout(timeout);
 }
 
 void ProcessGroup::abort(const std::string& reason) {
-  if (state_->is_shut_down()) return;  // nothing pending, no peer left to tell
+  if (!state_ || state_->is_shut_down()) return;  // nothing pending, no peer left to tell
   state_->transport().abort(reason);
   state_->mark_failed("aborted: " + reason);
 }
@@ -284,6 +365,8 @@ void ProcessGroup::abort(const std::string& reason) {
 std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor_uneven(
     Tensor& output, const Tensor& input, const std::vector<int64_t>& output_split_sizes,
     bool async_op) {
+  if (!state_) [[unlikely]]
+    return skip("all_gather_into_tensor_uneven");
   OpPlan plan;
   plan.kind = OpKind::kAllGather;
   plan.name = "all_gather_into_tensor_uneven";
@@ -303,6 +386,8 @@ std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor_uneven(
       detail::concat(std::vector<int64_t>(plan.splits.begin(), plan.splits.begin() + size())), ")");
   plan.dtype = input.dtype();
   plan.row_elements = product_of_trailing(output.sizes());
+  check_in_place_or_apart(plan.name, input, "input", output, "output", rows_before(plan, rank()),
+                          mine, plan.row_elements);
   plan.borrow_input(input);
   plan.borrow_output(output);
   return submit(*state_, plan, async_op);
@@ -311,6 +396,8 @@ std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor_uneven(
 std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor_uneven(
     Tensor& output, const Tensor& input, const std::vector<int64_t>& input_split_sizes, ReduceOp op,
     bool async_op) {
+  if (!state_) [[unlikely]]
+    return skip("reduce_scatter_tensor_uneven");
   OpPlan plan;
   plan.kind = OpKind::kReduceScatter;
   plan.name = "reduce_scatter_tensor_uneven";
@@ -330,6 +417,8 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor_uneven(
   plan.reduce_op = op;
   check_reduce_op(plan);
   plan.row_elements = product_of_trailing(input.sizes());
+  check_in_place_or_apart(plan.name, output, "output", input, "input", rows_before(plan, rank()),
+                          mine, plan.row_elements);
   plan.borrow_input(input);
   plan.borrow_output(output);
   return submit(*state_, plan, async_op);
@@ -337,6 +426,8 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor_uneven(
 
 std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor(Tensor& output, const Tensor& input,
                                                            bool async_op) {
+  if (!state_) [[unlikely]]
+    return skip("all_gather_into_tensor");
   OpPlan plan;
   plan.kind = OpKind::kAllGather;
   plan.name = "all_gather_into_tensor";
@@ -359,6 +450,8 @@ std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor(Tensor& output, const
     plan.splits[static_cast<size_t>(r)] = input.numel();
   plan.dtype = input.dtype();
   plan.row_elements = 1;
+  check_in_place_or_apart(plan.name, input, "input", output, "output", rank() * input.numel(),
+                          input.numel(), 1);
   plan.borrow_input(input);  // (the executor reads only their bytes, whatever their shapes)
   plan.borrow_output(output);
   return submit(*state_, plan, async_op);
@@ -366,6 +459,8 @@ std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor(Tensor& output, const
 
 std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor(Tensor& output, const Tensor& input,
                                                           ReduceOp op, bool async_op) {
+  if (!state_) [[unlikely]]
+    return skip("reduce_scatter_tensor");
   OpPlan plan;
   plan.kind = OpKind::kReduceScatter;
   plan.name = "reduce_scatter_tensor";
@@ -383,6 +478,8 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor(Tensor& output, const 
   plan.reduce_op = op;
   check_reduce_op(plan);
   plan.row_elements = 1;
+  check_in_place_or_apart(plan.name, output, "output", input, "input", rank() * output.numel(),
+                          output.numel(), 1);
   plan.borrow_input(input);  // (the executor reads only their bytes, whatever their shapes)
   plan.borrow_output(output);
   return submit(*state_, plan, async_op);
@@ -390,6 +487,8 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor(Tensor& output, const 
 
 std::shared_ptr<Work> ProcessGroup::all_gather(std::vector<Tensor>& outputs, const Tensor& input,
                                                bool async_op) {
+  if (!state_) [[unlikely]]
+    return skip("all_gather");
   OpPlan plan;
   plan.kind = OpKind::kAllGatherList;
   plan.name = "all_gather";
@@ -414,12 +513,23 @@ std::shared_ptr<Work> ProcessGroup::all_gather(std::vector<Tensor>& outputs, con
                    input.sizes());
   plan.dtype = input.dtype();
   plan.row_elements = rows ? product_of_trailing(input.sizes()) : 1;
+  for (int r = 0; r < n; ++r) {  // the input may be this rank's own output, or apart from all
+    const Tensor& output = outputs[static_cast<size_t>(r)];
+    if (output.storage() != input.storage()) [[likely]]
+      continue;
+    const std::string name = detail::concat("output ", r);
+    check_in_place_or_apart(plan.name, input, "input", output, name.c_str(), 0,
+                            r == rank() ? plan.splits[static_cast<size_t>(r)] : -1,
+                            plan.row_elements);
+  }
   plan.borrow_input(input);
   plan.borrow_outputs(outputs);
   return submit(*state_, plan, async_op);
 }
 
 std::shared_ptr<Work> ProcessGroup::all_reduce(Tensor& tensor, ReduceOp op, bool async_op) {
+  if (!state_) [[unlikely]]
+    return skip("all_reduce");
   OpPlan plan;
   plan.kind = OpKind::kAllReduce;
   plan.name = "all_reduce";
@@ -449,6 +559,8 @@ std::shared_ptr<Work> all_reduce_unordered(ProcessGroup& group, const Tensor& te
 }  // namespace collectives
 
 std::shared_ptr<Work> ProcessGroup::broadcast(Tensor& tensor, int src, bool async_op) {
+  if (!state_) [[unlikely]]
+    return skip("broadcast");
   OpPlan plan;
   plan.kind = OpKind::kBroadcast;
   plan.name = "broadcast";
@@ -463,6 +575,8 @@ std::shared_ptr<Work> ProcessGroup::broadcast(Tensor& tensor, int src, bool asyn
 }
 
 std::shared_ptr<Work> ProcessGroup::barrier(bool async_op) {
+  if (!state_) [[unlikely]]
+    return skip("barrier");
   OpPlan plan;
   plan.kind = OpKind::kBarrier;
   plan.name = "barrier";
@@ -510,6 +624,7 @@ std::shared_ptr<Work> broadcast(Tensor& tensor, int src, const ProcessGroupPtr& 
                                 bool async_op) {
   // As torch.distributed: `src` is a rank of the default group; translate it into the group.
   ProcessGroup& resolved = collectives::group_ref(group);
+  if (!resolved.is_member()) return resolved.broadcast(tensor, src, async_op);  // does nothing
   const auto& ranks = resolved.global_ranks();
   // The default group (and any group that starts as it does) maps its ranks to themselves.
   if (src >= 0 && src < static_cast<int>(ranks.size()) && ranks[static_cast<size_t>(src)] == src)

@@ -138,7 +138,9 @@ ProcessGroupPtr new_group(const std::vector<int>& ranks, std::chrono::millisecon
   SHMCCL_CHECK_ARG(timeout.count() != 0, "new_group: the timeout must be > 0 ms, got 0 ms");
   const std::string key = "sub" + std::to_string(++state.subgroups);
   const collectives::JobInfo& job = state.rendezvous->job();
-  if (std::find(members.begin(), members.end(), job.rank) == members.end()) return nullptr;
+  if (std::find(members.begin(), members.end(), job.rank) == members.end()) {
+    return ProcessGroup::non_member(std::move(members));
+  }
   const auto group_timeout = timeout.count() >= 0 ? timeout : state.default_group->timeout();
   const transport::GroupTransport& world = state.default_group->state().transport();
   auto transport =

@@ -430,10 +430,22 @@ TEST_P(CollectivesTest, SubGroupsLiveTogether) {
     auto even_group = new_group(evens);
     auto odd_group = new_group(odds);
     auto mine = ctx.rank % 2 ? odd_group : even_group;
-    require(mine != nullptr, "member of its group");
-    require((ctx.rank % 2 ? even_group : odd_group) == nullptr, "not a member of the other");
+    require(mine->is_member(), "member of its group");
+    require(!(ctx.rank % 2 ? even_group : odd_group)->is_member(), "not a member of the other");
     require(group_from_comm_name(mine->comm_name()) == mine, "comm_name resolves");
+    // As torch's NON_GROUP_MEMBER: every rank may call both groups' collectives, and those of the
+    // group it is not in do nothing (they must not join the default group's next call).
+    const ProcessGroupPtr other = ctx.rank % 2 ? even_group : odd_group;
+    require(get_rank(other) == -1 && get_world_size(other) == -1, "a non-member's rank and size");
     for (int i = 0; i < 5; ++i) {
+      Tensor untouched = full({10000}, -7, kInt64).npu();
+      Tensor gathered = zeros({10000}, kInt64).npu();
+      all_reduce(untouched, ReduceOp::SUM, other);
+      broadcast(untouched, other->global_ranks().front(), other);
+      all_gather_into_tensor(gathered, untouched, other, /*async_op=*/true)->wait();
+      barrier(other);
+      require_close(untouched, full({10000}, -7, kInt64), "a non-member's collectives do nothing");
+      require_close(gathered, zeros({10000}, kInt64), "a non-member's all_gather does nothing");
       Tensor t = full({10000}, ctx.rank, kInt64).npu();
       all_reduce(t, ReduceOp::SUM, mine);
       int64_t expected = 0;

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <limits>
 #include <thread>
 
 #include "collectives/group_state.h"
@@ -124,6 +125,62 @@ TEST(CollectiveErrorsTest, ArgumentErrorsHaveTheReferenceTextsAndLeaveTheGroupUs
       std::chrono::seconds(60), job);
   EXPECT_TRUE(testing::all_ranks_succeeded(results));
   EXPECT_TRUE(testing::no_segments_left(job));
+}
+
+// Tensors a collective would read while it writes them, or on two devices, are refused on the
+// rank that passed them, before its peers wait; what the call would have done is left undone.
+TEST(CollectiveErrorsTest, PartlyOverlappingTensorsAndTwoDevicesAreRefused) {
+  for (int world : {2, 3, 4}) {
+    const std::string job = testing::unique_job_id();
+    auto results = testing::run_ranks(
+        world,
+        [](const testing::RankContext& ctx) {
+          npu::set_device(ctx.rank);
+          ctx.init();
+          const int64_t n = 1000;  // rows per rank: zero-copy, where an overlap corrupted
+          Tensor output = zeros({ctx.world * n}, kFloat32).npu();
+          // One row off this rank's own slot.
+          const int64_t shifted = ctx.rank == 0 ? 1 : ctx.rank * n - 1;
+          Tensor input = output.narrow(0, shifted, n);
+          require_error([&] { all_gather_into_tensor(output, input); },
+                        "all_gather_into_tensor: the input and the output partly overlap");
+          require_error([&] { all_gather_into_tensor_uneven(output, input); },
+                        "in place it must be exactly this rank's rows");
+          require_error([&] { reduce_scatter_tensor(input, output); },
+                        "reduce_scatter_tensor: the output and the input partly overlap");
+          require_error([&] { reduce_scatter_tensor_uneven(input, output); },
+                        "clone() the output first");
+          std::vector<Tensor> outputs;
+          for (int r = 0; r < ctx.world; ++r)
+            outputs.push_back(output.narrow(0, r * n, n));
+          Tensor other = outputs[static_cast<size_t>((ctx.rank + 1) % ctx.world)];
+          require_error(
+              [&] { all_gather(outputs, other); },
+              "it must be apart from output " + std::to_string((ctx.rank + 1) % ctx.world));
+          // Split sizes whose sum overflows.
+          const int64_t huge = std::numeric_limits<int64_t>::max();
+          std::vector<int64_t> splits(static_cast<size_t>(ctx.world), huge);
+          splits[static_cast<size_t>(ctx.rank)] = n;
+          require_error([&] { all_gather_into_tensor_uneven(output, input.clone(), splits); },
+                        "sum to more than 2^63");
+          // Two devices: the call is ordered after one device's stream only.
+          Tensor elsewhere = zeros({n}, kFloat32).npu((ctx.rank + 1) % npu::device_count());
+          require_error([&] { all_gather_into_tensor(output, elsewhere); },
+                        "a collective's NPU tensors must be on one device");
+          // In place still works, and the group was not disturbed.
+          Tensor mine = output.narrow(0, ctx.rank * n, n);
+          mine.fill_(ctx.rank + 1);
+          all_gather_into_tensor(output, mine);
+          std::vector<float> expected;
+          for (int r = 0; r < ctx.world; ++r)
+            expected.insert(expected.end(), static_cast<size_t>(n), static_cast<float>(r + 1));
+          require(output.cpu().to_vector<float>() == expected, "in-place all_gather");
+          destroy_process_group();
+        },
+        std::chrono::seconds(60), job);
+    EXPECT_TRUE(testing::all_ranks_succeeded(results)) << world << " ranks";
+    EXPECT_TRUE(testing::no_segments_left(job));
+  }
 }
 
 TEST(CollectiveErrorsTest, NotInitializedAndDoubleInit) {
@@ -687,7 +744,7 @@ TEST(CollectiveErrorsTest, ShutDownGroupsRunNoMoreCollectives) {
           ctx.init();
           ProcessGroupPtr pair = new_group({0, 1});
           Tensor t = ones({4}, kFloat32).npu();
-          if (pair) {
+          if (pair->is_member()) {
             all_reduce(t, ReduceOp::SUM, pair);
             require(t.cpu().to_vector<float>()[0] == 2.0f, "the pair's all_reduce");
             const std::string name = pair->comm_name();

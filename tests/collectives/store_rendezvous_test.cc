@@ -84,14 +84,14 @@ TEST(StoreRendezvous, RanksMeetThroughAGivenStoreWithoutAJobId) {
         even.push_back(r);
       ProcessGroupPtr evens = new_group(even);
       if (ctx.rank % 2 == 0) {
-        require(evens != nullptr, "no sub-group on an even rank");
+        require(evens->is_member(), "no sub-group on an even rank");
         Tensor ones_sum = ones({3}, kInt32).npu();
         all_reduce(ones_sum, ReduceOp::SUM, evens);
         require(ones_sum.cpu().to_vector<int32_t>() ==
                     std::vector<int32_t>(3, static_cast<int32_t>(even.size())),
                 "all_reduce on the sub-group");
       } else {
-        require(evens == nullptr, "a sub-group on an odd rank");
+        require(!evens->is_member(), "a sub-group on an odd rank");
       }
       barrier();
     });
