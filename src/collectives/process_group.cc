@@ -121,11 +121,13 @@ void set_splits(OpPlan& plan, const std::vector<int64_t>& split_sizes, const cha
 // such rows). A partial overlap would be read while it is written, and what came out would
 // depend on the path (the inline path stages it, zero-copy and the host pipeline do not), on
 // every rank.
-void check_in_place_or_apart(const char* op, const Tensor& part, const char* part_name,
-                             const Tensor& whole, const char* whole_name, int64_t first_row,
-                             int64_t rows, int64_t row_elements) {
-  if (part.storage() != whole.storage()) [[likely]]
-    return;
+// Called only when the two share a storage (in place, or a mistake): the common case pays one
+// comparison at the call site.
+[[gnu::cold, gnu::noinline]] void check_in_place_or_apart(const char* op, const Tensor& part,
+                                                          const char* part_name,
+                                                          const Tensor& whole,
+                                                          const char* whole_name, int64_t first_row,
+                                                          int64_t rows, int64_t row_elements) {
   const size_t part_begin = part.storage_offset_bytes();
   const size_t part_end = part_begin + part.nbytes();
   const size_t whole_begin = whole.storage_offset_bytes();
@@ -155,23 +157,27 @@ int64_t rows_before(const OpPlan& plan, int rank) {
 }
 
 // The NPU device whose current stream the call is ordered after, -1 if none: the one device of
-// the call's NPU tensors (host tensors may come with them).
+// the call's NPU tensors (host tensors may come with them). A tensor that shares the input's
+// storage (all_reduce, broadcast, in place) is on its device: device() is out of line, and this
+// is every call's path.
 int ordering_device(const OpPlan& plan) {
-  int device = -1;
-  const auto consider = [&](const Tensor& tensor) {
-    if (!tensor.defined()) return;
-    const Device where = tensor.device();  // (out of line: asked once per tensor)
-    if (!where.is_npu()) return;
-    if (device < 0) {
-      device = where.index;
-    } else if (where.index != device) [[unlikely]] {
-      throw_devices(plan.name, device, where.index);
-    }
+  const auto npu_index = [](const Tensor& tensor) {
+    if (!tensor.defined()) return -1;
+    const Device where = tensor.device();
+    return where.is_npu() ? where.index : -1;
   };
-  consider(plan.input());
-  consider(plan.output());
-  for (const Tensor& output : plan.outputs())
-    consider(output);
+  int device = npu_index(plan.input());
+  const auto add = [&device, &plan](int other) {
+    if (other < 0 || other == device) return;
+    if (device >= 0) [[unlikely]]
+      throw_devices(plan.name, device, other);
+    device = other;
+  };
+  if (plan.output().storage() != plan.input().storage()) add(npu_index(plan.output()));
+  if (plan.kind == OpKind::kAllGatherList) {
+    for (const Tensor& output : plan.outputs())
+      add(npu_index(output));
+  }
   return device;
 }
 
@@ -386,8 +392,10 @@ std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor_uneven(
       detail::concat(std::vector<int64_t>(plan.splits.begin(), plan.splits.begin() + size())), ")");
   plan.dtype = input.dtype();
   plan.row_elements = product_of_trailing(output.sizes());
-  check_in_place_or_apart(plan.name, input, "input", output, "output", rows_before(plan, rank()),
-                          mine, plan.row_elements);
+  if (input.storage() == output.storage()) [[unlikely]] {
+    check_in_place_or_apart(plan.name, input, "input", output, "output", rows_before(plan, rank()),
+                            mine, plan.row_elements);
+  }
   plan.borrow_input(input);
   plan.borrow_output(output);
   return submit(*state_, plan, async_op);
@@ -417,8 +425,10 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor_uneven(
   plan.reduce_op = op;
   check_reduce_op(plan);
   plan.row_elements = product_of_trailing(input.sizes());
-  check_in_place_or_apart(plan.name, output, "output", input, "input", rows_before(plan, rank()),
-                          mine, plan.row_elements);
+  if (input.storage() == output.storage()) [[unlikely]] {
+    check_in_place_or_apart(plan.name, output, "output", input, "input", rows_before(plan, rank()),
+                            mine, plan.row_elements);
+  }
   plan.borrow_input(input);
   plan.borrow_output(output);
   return submit(*state_, plan, async_op);
@@ -450,8 +460,10 @@ std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor(Tensor& output, const
     plan.splits[static_cast<size_t>(r)] = input.numel();
   plan.dtype = input.dtype();
   plan.row_elements = 1;
-  check_in_place_or_apart(plan.name, input, "input", output, "output", rank() * input.numel(),
-                          input.numel(), 1);
+  if (input.storage() == output.storage()) [[unlikely]] {
+    check_in_place_or_apart(plan.name, input, "input", output, "output", rank() * input.numel(),
+                            input.numel(), 1);
+  }
   plan.borrow_input(input);  // (the executor reads only their bytes, whatever their shapes)
   plan.borrow_output(output);
   return submit(*state_, plan, async_op);
@@ -478,8 +490,10 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor(Tensor& output, const 
   plan.reduce_op = op;
   check_reduce_op(plan);
   plan.row_elements = 1;
-  check_in_place_or_apart(plan.name, output, "output", input, "input", rank() * output.numel(),
-                          output.numel(), 1);
+  if (input.storage() == output.storage()) [[unlikely]] {
+    check_in_place_or_apart(plan.name, output, "output", input, "input", rank() * output.numel(),
+                            output.numel(), 1);
+  }
   plan.borrow_input(input);  // (the executor reads only their bytes, whatever their shapes)
   plan.borrow_output(output);
   return submit(*state_, plan, async_op);
