@@ -65,7 +65,7 @@ bool is_initialized();
 // group's timeout at most), and a mismatch, or a peer that never calls it, is thrown
 // (RemoteError, TimeoutError) once every group is down.
 void destroy_process_group();  // does nothing without init_process_group
-// Before init_process_group (or after destroy_process_group) these three throw.
+// Before init_process_group (or after destroy_process_group) these throw, unless given a group.
 ProcessGroupPtr default_group();
 int get_rank(const ProcessGroupPtr& group = nullptr);
 int get_world_size(const ProcessGroupPtr& group = nullptr);
