@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 #include <random>
 #include <vector>
 
@@ -27,14 +28,29 @@ inline std::vector<int64_t> random_splits(int world, uint64_t seed, int64_t max_
   return splits;
 }
 
+// A hash of (rank, index, salt): every rank's sequence of values differs from every other's,
+// so a result that dropped, repeated or swapped a rank's data differs from the reference (a
+// linear mix of the rank repeats with its period: ranks r and r + 5 had equal inputs).
+inline uint64_t input_hash(int rank, int64_t index, int salt) {
+  uint64_t h = (static_cast<uint64_t>(rank) + 1) * 0x9E3779B97F4A7C15ull ^
+               (static_cast<uint64_t>(index) + 1) * 0xBF58476D1CE4E5B9ull ^
+               (static_cast<uint64_t>(salt) + 1) * 0x94D049BB133111EBull;
+  h ^= h >> 31;
+  h *= 0xD6E8FEB86659FD93ull;
+  h ^= h >> 32;
+  return h;
+}
+
 // Small values whose sums and products over 8 ranks are exact in every dtype.
 inline double input_value(ReduceOp op, ScalarType dtype, int rank, int64_t index, int salt) {
-  const int64_t mix = rank * 7 + index * 3 + salt;
+  const uint64_t mix = input_hash(rank, index, salt);
   if (dtype == kBool) return (mix % 3) == 0 ? 1 : 0;
   const bool is_unsigned = dtype == kUInt8;
   if (op == ReduceOp::PRODUCT) {
-    if (mix % 4 == 0) return 2;
-    if (!is_unsigned && mix % 4 == 1) return -1;
+    // A 2 on at most two of 8 ranks per element (ranks 4 apart), so a product stays within
+    // +-4 and int8 never wraps; the signs come from the hash.
+    if ((rank + index + salt) % 4 == 0) return 2;
+    if (!is_unsigned && mix % 3 == 0) return -1;
     return 1;
   }
   const double value = static_cast<double>(mix % 5);
