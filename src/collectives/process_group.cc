@@ -143,13 +143,6 @@ void set_splits(OpPlan& plan, const std::vector<int64_t>& split_sizes, const cha
                 rows);
 }
 
-int64_t rows_before(const OpPlan& plan, int rank) {
-  int64_t rows = 0;
-  for (int r = 0; r < rank; ++r)
-    rows += plan.splits[static_cast<size_t>(r)];
-  return rows;
-}
-
 [[noreturn, gnu::cold, gnu::noinline]] void throw_devices(const char* op, int first, int second) {
   throw InvalidArgument(detail::concat(op, ": tensors on npu:", first, " and npu:", second,
                                        ": a collective's NPU tensors must be on one device (its "
@@ -393,7 +386,7 @@ std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor_uneven(
   plan.dtype = input.dtype();
   plan.row_elements = product_of_trailing(output.sizes());
   if (input.storage() == output.storage()) [[unlikely]] {
-    check_in_place_or_apart(plan.name, input, "input", output, "output", rows_before(plan, rank()),
+    check_in_place_or_apart(plan.name, input, "input", output, "output", plan.rows_before(rank()),
                             mine, plan.row_elements);
   }
   plan.borrow_input(input);
@@ -426,7 +419,7 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor_uneven(
   check_reduce_op(plan);
   plan.row_elements = product_of_trailing(input.sizes());
   if (input.storage() == output.storage()) [[unlikely]] {
-    check_in_place_or_apart(plan.name, output, "output", input, "input", rows_before(plan, rank()),
+    check_in_place_or_apart(plan.name, output, "output", input, "input", plan.rows_before(rank()),
                             mine, plan.row_elements);
   }
   plan.borrow_input(input);
