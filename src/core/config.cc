@@ -67,6 +67,10 @@ constexpr std::array kSettings = {
     Setting{"SHMCCL_MATE_SPIN_TIME", Kind::kSeconds, "20us",
             "when ranks outnumber cores: how long a waiting rank spins instead of yielding while "
             "every rank on its core waits for the same collective (0: always yield)"},
+    Setting{"SHMCCL_WAKE_CHECK_TIME", Kind::kSeconds, "1s",
+            "the longest a sleeping wait goes without a wake before it looks again: a safety "
+            "net that a wake lost with a dying peer costs at most this (the test suite sets it "
+            "long, so a lost wake fails a test instead of costing a second)"},
     Setting{"SHMCCL_HELPED_POLL_TIME", Kind::kSeconds, "1ms",
             "while Work::wait() runs the asynchronous collectives it waits for itself, the "
             "stream's idle thread is not woken for each new one but looks for work no one waits "

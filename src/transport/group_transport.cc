@@ -65,7 +65,11 @@ GroupTransport::GroupTransport(ShmSegment segment, int rank, int size)
       rank_(rank),
       size_(size),
       peer_pids_(static_cast<size_t>(size), 0),
-      own_cpus_(usable_cpus()) {
+      own_cpus_(usable_cpus()),
+      wake_check_interval_(
+          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+              std::max(config::get_seconds("SHMCCL_WAKE_CHECK_TIME"), 1e-3)))),
+      max_sleep_slice_(wake_check_interval_) {
   enable_asymmetric_fences();
   // Until every rank attached, this rank's own CPUs are all it knows of the group's.
   const int quota = detail::cpu_quota_cores();
@@ -239,7 +243,9 @@ void GroupTransport::wait_for_all_attached(Clock::time_point deadline, bool job_
     }
     return !lost_rank.empty();
   };
-  if (lost) max_sleep_slice_ = std::chrono::milliseconds(10);
+  if (lost)
+    max_sleep_slice_ =
+        std::min<Clock::duration>(wake_check_interval_, std::chrono::milliseconds(10));
   wait_until([&] { return all_attached() || (lost && lost_one()); }, deadline,
              [&] {
                const std::string missing = ranks_below(*this, 1, [](const RankSlot& slot) {
@@ -248,7 +254,7 @@ void GroupTransport::wait_for_all_attached(Clock::time_point deadline, bool job_
                return "waiting for " +
                       ranks_that(missing, " to join the group", " to join the group");
              });
-  max_sleep_slice_ = std::chrono::seconds(1);
+  max_sleep_slice_ = wake_check_interval_;
   if (!all_attached()) throw RemoteError(lost_rank);
   // Every member has it mapped: the name is no longer needed, and without it a crash leaks nothing.
   segment_.unlink();
@@ -454,7 +460,8 @@ void GroupTransport::sleep_until(bool (*ready)(void*), void* context, Clock::tim
                                                   .count()));
       }
       if (now < deadline) {
-        // Wake at least every slice (a second) so a wait survives a lost wakeup from a dying peer.
+        // Wake at least every slice (SHMCCL_WAKE_CHECK_TIME) so a wait survives a lost wakeup
+        // from a dying peer.
         const auto slice = std::min<Clock::duration>(deadline - now, max_sleep_slice_);
         futex_wait(&header_->wake_word, observed, slice);
       }

@@ -273,9 +273,11 @@ class GroupTransport {
   std::function<void(const std::string&)> peer_death_listener_;  // guarded by failure_mutex_
   void (*sleep_listener_)(void*, uint64_t) = nullptr;
   void* sleep_listener_context_ = nullptr;
-  // The longest futex sleep of a wait before it looks again: short while wait_for_all_attached
-  // polls `lost` (no peer monitor wakes it for a process that has not attached).
-  Clock::duration max_sleep_slice_ = std::chrono::seconds(1);
+  // The longest futex sleep of a wait before it looks again (SHMCCL_WAKE_CHECK_TIME): short
+  // while wait_for_all_attached polls `lost` (no peer monitor wakes it for a process that has
+  // not attached).
+  Clock::duration wake_check_interval_;
+  Clock::duration max_sleep_slice_;
 };
 
 template <typename Ready, typename Describe>

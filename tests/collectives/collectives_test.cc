@@ -5,7 +5,9 @@
 // sync and async, in place, both the inline (small) and the work-pool (large) paths.
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <random>
@@ -163,6 +165,61 @@ TEST_P(CollectivesTest, AllReduceBroadcastBarrier) {
     for (int i = 0; i < 20; ++i)
       barrier();
   });
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+}
+
+// No rank leaves a barrier before every rank entered it, synchronous or asynchronous (waited),
+// and on the default group or a sub-group. Each round one rank holds back: it looks, for 20 ms,
+// whether anyone already passed the barrier it has not entered (a barrier that does not
+// synchronise lets them through at once), and every rank checks the arrival count when it leaves.
+TEST_P(CollectivesTest, BarrierHoldsEveryRankUntilAllArrive) {
+  const int world = GetParam();
+  constexpr int kRounds = 8;
+  struct Counters {
+    std::atomic<int> arrived[kRounds];
+    std::atomic<int> passed[kRounds];
+  };
+  void* memory =
+      mmap(nullptr, sizeof(Counters), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(memory, MAP_FAILED);
+  auto* counters = new (memory) Counters{};
+  auto results = testing::run_ranks(world, [counters](const testing::RankContext& ctx) {
+    npu::set_device(ctx.rank % npu::device_count());
+    ctx.init();
+    // Even ranks form a sub-group (every rank creates it; odd ranks get a non-member).
+    std::vector<int> evens;
+    for (int r = 0; r < ctx.world; r += 2)
+      evens.push_back(r);
+    ProcessGroupPtr even_group = new_group(evens);
+    for (int round = 0; round < kRounds; ++round) {
+      const bool on_sub_group = round % 4 == 3;
+      if (on_sub_group && !even_group->is_member()) continue;
+      const int members = on_sub_group ? static_cast<int>(evens.size()) : ctx.world;
+      const int holder =
+          on_sub_group ? evens[static_cast<size_t>(round) % evens.size()] : round % ctx.world;
+      if (ctx.rank == holder) {
+        const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+        while (std::chrono::steady_clock::now() < until) {
+          require(counters->passed[round].load() == 0,
+                  str("round ", round, ": a rank left the barrier before rank ", holder,
+                      " entered it"));
+          std::this_thread::yield();
+        }
+      }
+      counters->arrived[round].fetch_add(1);
+      const ProcessGroupPtr group = on_sub_group ? even_group : nullptr;
+      if (round % 2 == 1) {
+        barrier(group, /*async_op=*/true)->wait();
+      } else {
+        barrier(group);
+      }
+      counters->passed[round].fetch_add(1);
+      require(counters->arrived[round].load() == members,
+              str("round ", round, ": rank ", ctx.rank, " left the barrier when ",
+                  counters->arrived[round].load(), " of ", members, " ranks had entered it"));
+    }
+  });
+  munmap(memory, sizeof(Counters));
   EXPECT_TRUE(testing::all_ranks_succeeded(results));
 }
 

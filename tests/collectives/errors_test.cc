@@ -653,18 +653,30 @@ TEST(CollectiveErrorsTest, AFailedAsyncCollectiveSurfacesAtTheSynchronizedStream
   }
 }
 
-TEST(CollectiveErrorsTest, DeadPeerFailsSurvivorsWithinASecond) {
-  for (int world : {2, 4, 8}) {
+// Rank 1 dies between two all-reduces; the survivors, in the second, must fail within a second
+// naming it. With `survivors_asleep` it dies only once they all sleep on the futex, so the peer
+// monitor's wake must reach them: the suite's SHMCCL_WAKE_CHECK_TIME (60 s) makes a lost wake
+// miss the bound.
+void require_survivors_fail_fast(bool survivors_asleep) {
+  for (int world : {2, 3, 4, 8}) {
     const std::string job = testing::unique_job_id();
     testing::SurvivorBarrier survivors;
     auto results = testing::run_ranks(
         world,
-        [&survivors](const testing::RankContext& ctx) {
-          npu::set_device(ctx.rank % 8);
-          ctx.init(/*timeout_ms=*/60000);
+        [&](const testing::RankContext& ctx) {
+          if (survivors_asleep) {
+            join_with_waits_that_sleep_at_once(ctx);
+          } else {
+            npu::set_device(ctx.rank % 8);
+            ctx.init(/*timeout_ms=*/60000);
+          }
           Tensor t = ones({1 << 16}, kFloat32).npu();
           all_reduce(t);
-          if (ctx.rank == 1) raise(SIGKILL);  // dies between collectives
+          if (ctx.rank == 1) {
+            if (survivors_asleep)
+              await_sleepers(static_cast<uint32_t>(ctx.world - 1), "the survivors never slept");
+            raise(SIGKILL);
+          }
           testing::require_death_noticed(ctx, survivors, /*victim=*/1, /*bound_seconds=*/1.0,
                                          [&] { all_reduce(t); });
         },
@@ -672,6 +684,14 @@ TEST(CollectiveErrorsTest, DeadPeerFailsSurvivorsWithinASecond) {
     EXPECT_TRUE(testing::only_victim_killed(results, /*victim=*/1)) << world << " ranks";
     EXPECT_TRUE(testing::no_segments_left(job));
   }
+}
+
+TEST(CollectiveErrorsTest, DeadPeerFailsSurvivorsWithinASecond) {
+  require_survivors_fail_fast(/*survivors_asleep=*/false);
+}
+
+TEST(CollectiveErrorsTest, DeadPeerWakesSurvivorsAsleepInTheCall) {
+  require_survivors_fail_fast(/*survivors_asleep=*/true);
 }
 
 TEST(CollectiveErrorsTest, LateRankIsNamedAfterTheTimeout) {

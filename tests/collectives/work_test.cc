@@ -134,10 +134,11 @@ TEST(WorkTest, SynchronizeOrdersTheStreamOfTheCollectivesDevice) {
 
 // After waits that ran the group's calls on the waiting thread, the stream's idle worker polls
 // (SHMCCL_HELPED_POLL_TIME) instead of sleeping until woken. A synchronous call behind an
-// asynchronous one that nobody waited for used to wait for the poll's end: 3 s here.
+// asynchronous one that nobody waited for used to wait for the poll's end: here 30 s after the
+// helped waits, which end milliseconds before the call, so a regression far exceeds the bound.
 TEST(WorkTest, ASyncCallBehindAnAsyncOneDoesNotWaitForThePoll) {
-  run_at({2, 3, 4}, [](const testing::RankContext& ctx) {
-    setenv("SHMCCL_HELPED_POLL_TIME", "3s", 1);
+  run_at({2, 3, 4, 8}, [](const testing::RankContext& ctx) {
+    setenv("SHMCCL_HELPED_POLL_TIME", "30s", 1);
     config::reload();
     npu::set_device(ctx.rank % 8);
     ctx.init(60000);
