@@ -175,6 +175,16 @@ class SurvivorBarrier {
 
 // In a survivor of a job whose rank `victim` dies: `call` must fail with a RemoteError naming the
 // victim within `bound_seconds`. Waits for the other survivors before it returns.
+// Whether an error text names rank `victim`'s death: "rank 1 (pid 4121) died".
+inline bool names_death(const std::string& text, int victim) {
+  const std::string who = str("rank ", victim, " (pid ");
+  for (size_t at = text.find(who); at != std::string::npos; at = text.find(who, at + 1)) {
+    const size_t close = text.find(')', at);
+    if (close != std::string::npos && text.compare(close, 6, ") died") == 0) return true;
+  }
+  return false;
+}
+
 inline void require_death_noticed(const RankContext& ctx, SurvivorBarrier& survivors, int victim,
                                   double bound_seconds, const std::function<void()>& call) {
   const auto start = std::chrono::steady_clock::now();
@@ -183,8 +193,7 @@ inline void require_death_noticed(const RankContext& ctx, SurvivorBarrier& survi
   } catch (const RemoteError& error) {
     const double seconds = seconds_since(start);
     survivors.arrive_and_wait(ctx.world - 1);
-    require(std::string(error.what()).find(str("rank ", victim)) != std::string::npos,
-            error.what());
+    require(names_death(error.what(), victim), error.what());
     require(seconds < bound_seconds, str("noticed after ", seconds, " s"));
     return;
   }

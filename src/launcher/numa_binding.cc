@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <charconv>
 #include <climits>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -217,7 +218,10 @@ CpuTopology CpuTopology::detect(bool with_domains) {
   if (topology.nodes.empty()) {
     topology.nodes.push_back(make_node(-1, std::vector<int>(allowed.begin(), allowed.end())));
   }
-  if (with_domains) read_cpu_domains(kSysCpuDir, topology);
+  if (with_domains) {
+    const char* made_up = std::getenv(kSysCpuDirVariable);
+    read_cpu_domains(made_up != nullptr && *made_up != '\0' ? made_up : kSysCpuDir, topology);
+  }
   return topology;
 }
 

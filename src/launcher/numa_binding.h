@@ -53,6 +53,9 @@ struct Binding {
 // (its shared_cpu_list).
 void read_cpu_domains(const std::string& cpu_dir, CpuTopology& topology);
 inline constexpr const char* kSysCpuDir = "/sys/devices/system/cpu";
+// Names a made-up directory that detect() reads instead of kSysCpuDir: the end-to-end tests give
+// the 1-socket development VM two packages and two L3 domains with it.
+inline constexpr const char* kSysCpuDirVariable = "SHMRUN_SYSFS_CPU_DIR";
 
 // One binding per local rank. `warning` is set when ranks must share cores, or when sysfs did
 // not say which package or L3 cache a CPU has (its NUMA node stands in for it).

@@ -317,8 +317,11 @@ TEST_P(CollectivesTest, ManyAsyncInFlightCompleteInOrder) {
     }
     // A finished work keeps no reference to its tensors: dropping them frees their memory.
     const uint64_t allocated = npu::memory_allocated();
+    uint64_t tensor_bytes = 0;
+    for (const Tensor& tensor : tensors)
+      tensor_bytes += tensor.nbytes();
     tensors.clear();
-    require(npu::memory_allocated() + kInFlight * sizeof(float) <= allocated,
+    require(npu::memory_allocated() + tensor_bytes <= allocated,
             str("works kept after they finished hold their tensors: ", npu::memory_allocated(),
                 " of ", allocated, " bytes still allocated"));
     // Work::synchronize orders the current stream after the collective.

@@ -67,7 +67,11 @@ TEST(CollectiveErrorsTest, ArgumentErrorsHaveTheReferenceTextsAndLeaveTheGroupUs
             [&] {
               all_gather_into_tensor_uneven(output, input, {3, 2});
             },
-            "input has");  // this rank's own chunk disagrees with its split
+            // This rank's own chunk disagrees with its split.
+            ctx.rank == 0 ? "all_gather_into_tensor_uneven: rank 0's input has 2 rows but its "
+                            "split size is 3 (split sizes [3, 2])"
+                          : "all_gather_into_tensor_uneven: rank 1's input has 3 rows but its "
+                            "split size is 2 (split sizes [3, 2])");
         Tensor wide = zeros({5, 2}, kInt32).npu();
         require_error(
             [&] {
@@ -90,7 +94,10 @@ TEST(CollectiveErrorsTest, ArgumentErrorsHaveTheReferenceTextsAndLeaveTheGroupUs
             [&] {
               reduce_scatter_tensor_uneven(rs_output, rs_input, {3, 2});
             },
-            "output has");
+            ctx.rank == 0
+                ? "reduce_scatter_tensor_uneven: rank 0's output has 2 rows but its split size is 3"
+                : "reduce_scatter_tensor_uneven: rank 1's output has 3 rows but its split size is "
+                  "2");
         Tensor undefined;
         require_error([&] { all_reduce(undefined); }, "undefined");
         Tensor b = zeros({2}).npu();
@@ -225,19 +232,36 @@ TEST(CollectiveErrorsTest, NotInitializedAndDoubleInit) {
 }
 
 TEST(CollectiveErrorsTest, MismatchedCallsFailOnEveryRankWithBothDescriptions) {
-  for (int world : {2, 3, 4}) {
+  for (int world : {2, 3, 4, 8}) {
     const std::string job = testing::unique_job_id();
     auto results = testing::run_ranks(
         world,
         [](const testing::RankContext& ctx) {
           npu::set_device(ctx.rank % 8);
           ctx.init();
-          Tensor t = ones({8}, kFloat32).npu();
-          if (ctx.rank == ctx.world - 1) {
-            Tensor other = ones({8}, kInt32).npu();  // a different dtype on the last rank
-            require_error([&] { all_reduce(other); }, "collective mismatch");
-          } else {
-            require_error([&] { all_reduce(t); }, "collective mismatch");
+          // A different dtype on the last rank. Each rank's text names its own call and one of
+          // the other kind (which peer it compared with first is up to the timing).
+          const bool odd_one = ctx.rank == ctx.world - 1;
+          Tensor t = ones({8}, odd_one ? kInt32 : kFloat32).npu();
+          std::string text = "no error";
+          try {
+            all_reduce(t);
+          } catch (const RemoteError& error) {
+            text = error.what();
+          }
+          const std::string mine = odd_one ? "dtype=int32" : "dtype=float32";
+          const std::string theirs = odd_one ? "dtype=float32" : "dtype=int32";
+          require(text.find(str("collective mismatch in all_reduce: rank ", ctx.rank,
+                                " called "
+                                "all_reduce(sequence=1, ",
+                                mine)) != std::string::npos,
+                  text);
+          require(text.find(str(" but rank ")) != std::string::npos &&
+                      text.find(str("called all_reduce(sequence=1, ", theirs)) != std::string::npos,
+                  text);
+          if (!odd_one) {
+            require(text.find(str(" but rank ", ctx.world - 1, " called")) != std::string::npos,
+                    text);
           }
           // The group is now failed for good, with the first failure in the message.
           require_error([&] { barrier(); }, "failed earlier");
@@ -695,58 +719,63 @@ TEST(CollectiveErrorsTest, DeadPeerWakesSurvivorsAsleepInTheCall) {
 }
 
 TEST(CollectiveErrorsTest, LateRankIsNamedAfterTheTimeout) {
-  const std::string job = testing::unique_job_id();
-  const testing::TokenPipe gave_up;
-  const testing::TokenPipe leave;
-  auto results = testing::run_ranks(
-      3,
-      [&](const testing::RankContext& ctx) {
-        npu::set_device(ctx.rank);
-        ctx.init(/*timeout_ms=*/30000);
-        default_group()->set_timeout(std::chrono::milliseconds(300));
-        Tensor t = ones({4}, kFloat32).npu();
-        if (ctx.rank == 2) {  // never calls the collective; lets the others leave once both gave up
-          require(gave_up.wait(2), "no token on gave_up");
-          leave.post();
-          leave.post();
-          return;
-        }
-        std::string text = "no error";
-        try {
-          all_reduce(t);
-        } catch (const TimeoutError& error) {
-          text = error.what();
-        }
-        gave_up.post();
-        require(leave.wait(), "no token on leave");  // nobody exits before both timed out, so no
-                                                     // death is reported instead
-        require(text.find("timed out in all_reduce (sequence 1, timeout 300 ms): rank 2 has not "
-                          "called it") != std::string::npos,
-                text);
-      },
-      std::chrono::seconds(60), job);
-  EXPECT_TRUE(testing::all_ranks_succeeded(results));
-  EXPECT_TRUE(testing::no_segments_left(job));
+  for (int world : {2, 3, 4, 8}) {
+    const std::string job = testing::unique_job_id();
+    const testing::TokenPipe gave_up;
+    const testing::TokenPipe leave;
+    auto results = testing::run_ranks(
+        world,
+        [&](const testing::RankContext& ctx) {
+          npu::set_device(ctx.rank);
+          ctx.init(/*timeout_ms=*/30000);
+          default_group()->set_timeout(std::chrono::milliseconds(300));
+          Tensor t = ones({4}, kFloat32).npu();
+          const int late = ctx.world - 1;
+          if (ctx.rank == late) {  // never calls the collective; lets the others leave once all
+                                   // gave up
+            require(gave_up.wait(ctx.world - 1), "no token on gave_up");
+            leave.post(ctx.world - 1);
+            return;
+          }
+          std::string text = "no error";
+          try {
+            all_reduce(t);
+          } catch (const TimeoutError& error) {
+            text = error.what();
+          }
+          gave_up.post();
+          require(leave.wait(), "no token on leave");  // nobody exits before all timed out, so
+                                                       // no death is reported instead
+          require(text.find(str("timed out in all_reduce (sequence 1, timeout 300 ms): rank ", late,
+                                " has not called it")) != std::string::npos,
+                  text);
+        },
+        std::chrono::seconds(60), job);
+    EXPECT_TRUE(testing::all_ranks_succeeded(results)) << world << " ranks";
+    EXPECT_TRUE(testing::no_segments_left(job));
+  }
 }
 
 TEST(CollectiveErrorsTest, MissingRankAtInitIsNamed) {
-  const std::string job = testing::unique_job_id();
-  auto results = testing::run_ranks(
-      3,
-      [](const testing::RankContext& ctx) {
-        if (ctx.rank == 1) return;  // never joins
-        try {
-          ctx.init(/*timeout_ms=*/500);
-        } catch (const TimeoutError& error) {
-          const std::string text = error.what();
-          require(text.find("rank 1 to join") != std::string::npos, text);
-          return;
-        }
-        throw testing::RequirementFailed("init succeeded without rank 1");
-      },
-      std::chrono::seconds(60), job);
-  EXPECT_TRUE(testing::all_ranks_succeeded(results));
-  EXPECT_TRUE(testing::no_segments_left(job));
+  for (int world : {2, 3, 4, 8}) {
+    const std::string job = testing::unique_job_id();
+    auto results = testing::run_ranks(
+        world,
+        [](const testing::RankContext& ctx) {
+          if (ctx.rank == 1) return;  // never joins
+          try {
+            ctx.init(/*timeout_ms=*/500);
+          } catch (const TimeoutError& error) {
+            const std::string text = error.what();
+            require(text.find("waiting for rank 1 to join") != std::string::npos, text);
+            return;
+          }
+          throw testing::RequirementFailed("init succeeded without rank 1");
+        },
+        std::chrono::seconds(60), job);
+    EXPECT_TRUE(testing::all_ranks_succeeded(results)) << world << " ranks";
+    EXPECT_TRUE(testing::no_segments_left(job));
+  }
 }
 
 // A group shut down (ProcessGroup::shutdown, or destroy_process_group while the caller still
@@ -754,7 +783,7 @@ TEST(CollectiveErrorsTest, MissingRankAtInitIsNamed) {
 // down twice or aborting afterwards does nothing; the other groups go on, and a new default group
 // can be made while an old one is still held.
 TEST(CollectiveErrorsTest, ShutDownGroupsRunNoMoreCollectives) {
-  for (int world : {2, 3, 4}) {
+  for (int world : {2, 3, 4, 8}) {
     SCOPED_TRACE(testing::str(world, " ranks"));
     const std::string job = testing::unique_job_id();
     auto results = testing::run_ranks(
@@ -806,30 +835,43 @@ TEST(CollectiveErrorsTest, ShutDownGroupsRunNoMoreCollectives) {
 }
 
 TEST(CollectiveErrorsTest, AbortFailsPendingWorkOnEveryRank) {
-  const testing::TokenPipe aborted;
-  auto results = testing::run_ranks(2, [&](const testing::RankContext& ctx) {
-    npu::set_device(ctx.rank);
-    ctx.init();
-    Tensor t = ones({16}, kFloat32).npu();
-    if (ctx.rank == 0) {
-      auto work = all_reduce(t, ReduceOp::SUM, nullptr, /*async_op=*/true);  // rank 1 is not there
-      default_group()->abort("test abort");
-      aborted.post();
-      require_error([&] { work->wait(); }, "test abort");
-      require(work->is_completed() && !work->is_success() && work->exception(), "work state");
-    } else {
-      require(aborted.wait(), "no token on aborted");
-      require_error([&] { barrier(); }, "test abort");
-    }
-    // The group can be replaced in the same processes.
-    destroy_process_group();
-    testing::RankContext again{ctx.rank, ctx.world, ctx.job_id + "-again"};
-    again.init();
-    Tensor fresh = ones({16}, kFloat32).npu();
-    all_reduce(fresh);
-    require(fresh.cpu().to_vector<float>()[0] == 2.0f, "new group works");
-  });
-  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+  for (int world : {2, 3, 4, 8}) {
+    const std::string job = testing::unique_job_id();
+    const testing::TokenPipe aborted;
+    auto results = testing::run_ranks(
+        world,
+        [&](const testing::RankContext& ctx) {
+          npu::set_device(ctx.rank);
+          ctx.init();
+          Tensor t = ones({16}, kFloat32).npu();
+          // Rank 0 aborted the group itself; the others learn it from the control block.
+          const std::string reason =
+              ctx.rank == 0 ? "aborted: test abort" : "the group was aborted by rank 0: test abort";
+          if (ctx.rank == 0) {
+            // The others are not there.
+            auto work = all_reduce(t, ReduceOp::SUM, nullptr, /*async_op=*/true);
+            default_group()->abort("test abort");
+            aborted.post(ctx.world - 1);
+            require_error([&] { work->wait(); }, reason);
+            require(work->is_completed() && !work->is_success() && work->exception(), "work state");
+          } else {
+            require(aborted.wait(), "no token on aborted");
+            require_error([&] { barrier(); }, reason);
+          }
+          // The group can be replaced in the same processes.
+          destroy_process_group();
+          testing::RankContext again{ctx.rank, ctx.world, ctx.job_id + "-again"};
+          again.init();
+          Tensor fresh = ones({16}, kFloat32).npu();
+          all_reduce(fresh);
+          require(fresh.cpu().to_vector<float>()[0] == static_cast<float>(ctx.world),
+                  "new group works");
+        },
+        std::chrono::seconds(60), job);
+    EXPECT_TRUE(testing::all_ranks_succeeded(results)) << world << " ranks";
+    EXPECT_TRUE(testing::no_segments_left(job));
+    EXPECT_TRUE(testing::no_segments_left(job + "-again"));
+  }
 }
 
 }  // namespace

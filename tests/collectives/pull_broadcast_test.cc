@@ -66,7 +66,7 @@ TEST(PullBroadcastTest, ReceiversDoNotWaitForEachOtherAndTheRootWaitsForAll) {
 // Repeated pulls from every root into NPU and host outputs, async and not, with other
 // collectives in between (a receiver's early finish is settled by the next collective).
 TEST(PullBroadcastTest, EveryRootRepeatedlyWithOtherCollectivesBetween) {
-  for (int world : {3, 8}) {
+  for (int world : {3, 4, 8}) {
     auto results = testing::run_ranks(world, [](const testing::RankContext& ctx) {
       npu::set_device(ctx.rank % 8);
       ctx.init();
@@ -95,28 +95,30 @@ TEST(PullBroadcastTest, EveryRootRepeatedlyWithOtherCollectivesBetween) {
   }
 }
 
-// Rank 0 is configured not to pull: every rank gets a mismatch naming the two paths (rank 2,
-// which needs only the root and agrees with it, from its next collective).
+// Rank 0 is configured not to pull: every rank gets a mismatch naming the two paths (the ranks
+// that need only the root and agree with it, from their next collective).
 TEST(PullBroadcastTest, RanksConfiguredDifferentlyGetAMismatch) {
-  auto results = testing::run_ranks(3, [](const testing::RankContext& ctx) {
-    if (ctx.rank == 0) setenv("SHMCCL_PULL_BROADCAST_RANKS", "0", 1);
-    config::reload();
-    npu::set_device(ctx.rank);
-    ctx.init();
-    Tensor tensor = zeros({kElements}, kInt32).npu();
-    try {
-      broadcast(tensor, 1);
-      barrier();
-    } catch (const RemoteError& error) {
-      const std::string text = error.what();
-      require(text.find("collective mismatch") != std::string::npos &&
-                  text.find(", pull)") != std::string::npos,
-              "unexpected error: " + text);
-      return;
-    }
-    throw testing::RequirementFailed("no mismatch error");
-  });
-  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+  for (int world : {3, 4, 8}) {
+    auto results = testing::run_ranks(world, [](const testing::RankContext& ctx) {
+      if (ctx.rank == 0) setenv("SHMCCL_PULL_BROADCAST_RANKS", "0", 1);
+      config::reload();
+      npu::set_device(ctx.rank);
+      ctx.init();
+      Tensor tensor = zeros({kElements}, kInt32).npu();
+      try {
+        broadcast(tensor, 1);
+        barrier();
+      } catch (const RemoteError& error) {
+        const std::string text = error.what();
+        require(text.find("collective mismatch") != std::string::npos &&
+                    text.find(", pull)") != std::string::npos,
+                "unexpected error: " + text);
+        return;
+      }
+      throw testing::RequirementFailed("no mismatch error");
+    });
+    EXPECT_TRUE(testing::all_ranks_succeeded(results)) << world << " ranks";
+  }
 }
 
 // A pull's receiver copies while the root fails the call: rank 1 is stopped (SIGSTOP, by fault

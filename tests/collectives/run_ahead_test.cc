@@ -272,7 +272,7 @@ TEST(RunAheadTest, AReceiverKilledWhileTheRootIsAheadIsNamedByEveryone) {
               const double seconds = seconds_since(start);
               reported.post(ctx.world - 2);
               survivors.arrive_and_wait(ctx.world - 1);
-              require(std::string(error.what()).find("rank 1") != std::string::npos, error.what());
+              require(testing::names_death(error.what(), 1), error.what());
               require(seconds < 1.0, str("noticed after ", seconds, " s"));
               return;
             }
@@ -293,7 +293,7 @@ TEST(RunAheadTest, AReceiverKilledWhileTheRootIsAheadIsNamedByEveryone) {
             text = error.what();
           }
           survivors.arrive_and_wait(ctx.world - 1);
-          require(text.find("rank 1") != std::string::npos, text);
+          require(testing::names_death(text, 1), text);
         },
         options);
     expect_only_the_victim_killed(results, /*victim=*/1, job);
@@ -335,7 +335,7 @@ TEST(RunAheadTest, ARootKilledAfterRunningAheadLeavesItsCallsAndIsNamedInTheNext
             } catch (const RemoteError& error) {
               const double seconds = seconds_since(start);
               survivors.arrive_and_wait(ctx.world - 1);
-              require(std::string(error.what()).find("rank 0") != std::string::npos, error.what());
+              require(testing::names_death(error.what(), 0), error.what());
               require(
                   call == kPublished,
                   str("call ", call, " failed, though the root had published it: ", error.what()));

@@ -3,6 +3,7 @@
 // End to end: the command line (usage errors exit 2), the informational modes, a program that
 // does not exist, and --numa-binding as the ranks see it.
 #include <sched.h>
+#include <stdlib.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -239,6 +240,41 @@ TEST(Cli, CoreComplexBindingGivesEachRankTheCpusOfOneL3) {
   EXPECT_EQ(result.err.find("sysfs does not say which L3 cache") != std::string::npos,
             !caches_known)
       << result.err;
+}
+
+// The two tests above pass on a 1-socket, 1-L3 machine even if shmrun ignored the mode (every
+// rank gets every CPU). Here shmrun reads a made-up sysfs (SHMRUN_SYSFS_CPU_DIR) that splits the
+// usable CPUs into two packages, each its own L3: rank 0 must get the first half, rank 1 the other.
+TEST(Cli, SocketAndCoreComplexBindingsFollowAMadeUpTwoSocketMachine) {
+  const std::vector<int> usable = usable_cpus();
+  if (usable.size() < 2) GTEST_SKIP() << "needs two usable CPUs";
+  const size_t half = usable.size() / 2;
+  const std::vector<int> first(usable.begin(), usable.begin() + static_cast<ptrdiff_t>(half));
+  const std::vector<int> second(usable.begin() + static_cast<ptrdiff_t>(half), usable.end());
+  char pattern[] = "/tmp/shmrun_sysfs_XXXXXX";
+  ASSERT_NE(mkdtemp(pattern), nullptr);
+  const std::filesystem::path root = pattern;
+  auto write = [](const std::filesystem::path& path, const std::string& text) {
+    std::filesystem::create_directories(path.parent_path());
+    std::ofstream(path) << text << "\n";
+  };
+  for (size_t i = 0; i < usable.size(); ++i) {
+    const bool in_first = i < half;
+    const std::filesystem::path dir = root / ("cpu" + std::to_string(usable[i]));
+    write(dir / "topology" / "physical_package_id", in_first ? "0" : "1");
+    write(dir / "cache" / "index3" / "level", "3");
+    write(dir / "cache" / "index3" / "shared_cpu_list", comma_list(in_first ? first : second));
+  }
+  for (const char* mode : {"socket", "core-complex"}) {
+    const RunResult result =
+        run_shmrun({"-v", "--numa-binding", mode, "--nproc-per-node", "2", kWorker, "affinity"},
+                   {std::string("SHMRUN_SYSFS_CPU_DIR=") + root.string()});
+    EXPECT_EQ(result.exit_code, 0) << mode << "\n" << result.err;
+    EXPECT_EQ(cpus_seen(result.out, 0), comma_list(first)) << mode << "\n" << result.out;
+    EXPECT_EQ(cpus_seen(result.out, 1), comma_list(second)) << mode << "\n" << result.out;
+    EXPECT_EQ(result.err.find("sysfs does not say"), std::string::npos) << mode << result.err;
+  }
+  std::filesystem::remove_all(root);
 }
 
 }  // namespace

@@ -346,10 +346,10 @@ TEST(Failure, TheShutdownTimeoutOfTheEnvironmentIsTheDefaultGracePeriod) {
 }
 
 TEST(Failure, ARankIgnoringTheStopSignalIsKilledAfterTheGracePeriod) {
-  const auto start = std::chrono::steady_clock::now();
   Shmrun shmrun({"-v", "--grace-period", "300ms", "--nproc-per-node", "2", kWorker, "ignore-stop"});
   ASSERT_TRUE(
       shmrun.read_until([](const std::string& out) { return Shmrun::has_ready_lines(out, 2); }));
+  const auto start = std::chrono::steady_clock::now();  // the grace period runs from the signal
   shmrun.send(SIGINT);
   const RunResult result = shmrun.wait();
   EXPECT_EQ(result.exit_code, 130) << result.err;
@@ -436,6 +436,12 @@ TEST(Failure, RanksDieWithAKilledShmrun) {
   Shmrun shmrun({"-v", "--nproc-per-node", "2", kWorker, "sleep"});
   ASSERT_TRUE(
       shmrun.read_until([](const std::string& out) { return Shmrun::has_ready_lines(out, 2); }));
+  // The ranks' entries exist while shmrun lives (its lock keeps other shmruns off them).
+  ASSERT_TRUE(
+      shmrun.read_err_until([](const std::string& err) { return namespaces(err).size() == 1; }));
+  const std::string job_namespace = namespaces(shmrun.err())[0];
+  EXPECT_EQ(shm_entries(job_namespace).size(), 3u)  // the lock and a segment per rank
+      << "the job made no segments to leave";
   shmrun.send(SIGKILL);
   const RunResult result = shmrun.wait();
   EXPECT_EQ(result.exit_code, 128 + SIGKILL);
@@ -444,7 +450,7 @@ TEST(Failure, RanksDieWithAKilledShmrun) {
   // meanwhile, another test's under ctest -j, removes what a killed launcher left, so the
   // entries may already be gone; either way none may stay.)
   const std::vector<std::string> all = namespaces(result.err);
-  ASSERT_EQ(all.size(), 1u);
+  ASSERT_EQ(all, std::vector<std::string>{job_namespace});
   const RunResult cleanup = run_shmrun({"--cleanup", all[0]});
   EXPECT_EQ(cleanup.exit_code, 0) << cleanup.err;
   EXPECT_TRUE(shm_entries(all[0]).empty()) << cleanup.out;

@@ -5,7 +5,8 @@
 // anywhere, and well-chosen values into the fields that matter most (sequence numbers,
 // fingerprints, buffer descriptors: pids, tokens, offsets, sizes, the work-pool counters). A call
 // may fail with a shmccl::Error (or even return wrong data: small payloads travel through the
-// block); it must never read or write out of bounds, crash or hang. Run it under ASan (the CI's
+// block); it must never read or write out of bounds, crash or hang. Each round's new group first
+// runs verified calls, so a group after a fuzzed one must compute right. Run it under ASan (the CI's
 // sanitizer build does). SHMCCL_FUZZ_ROUNDS (default 6) and SHMCCL_FUZZ_SEED (default 1).
 #include <gtest/gtest.h>
 #include <sys/mman.h>
@@ -170,6 +171,8 @@ struct Tally {
   std::atomic<int64_t> timeouts{0};  // of the errors: TimeoutError
   std::atomic<int64_t> remote{0};    // RemoteError (mismatch, corrupt descriptor, abort...)
   std::atomic<int64_t> writes{0};
+  std::atomic<int64_t> clean_verified{0};  // calls before the fuzzer started, all verified
+  std::atomic<int64_t> wrong{0};           // calls that returned wrong data under fuzzing
 };
 
 TEST(ControlBlockFuzz, RandomWritesCauseErrorsNeverCrashesOrHangs) {
@@ -182,6 +185,7 @@ TEST(ControlBlockFuzz, RandomWritesCauseErrorsNeverCrashesOrHangs) {
   const uint64_t seed = static_cast<uint64_t>(env_or("SHMCCL_FUZZ_SEED", 1));
   constexpr int kWorld = 4;
   constexpr int kCallsPerRound = 40;
+  constexpr int kCleanCallsPerRound = 4;
   auto* tally = static_cast<Tally*>(
       mmap(nullptr, sizeof(Tally), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   ASSERT_NE(tally, MAP_FAILED);
@@ -213,12 +217,28 @@ TEST(ControlBlockFuzz, RandomWritesCauseErrorsNeverCrashesOrHangs) {
             // Every rank is past init before the fuzzer starts (its writes may still reach this
             // barrier on a rank that has not left it: an error like any other).
             barrier();
+            // A fresh group (after the last round's was fuzzed to failure) gets every result
+            // right before the fuzzer starts.
+            for (int call = 0; call < kCleanCallsPerRound; ++call) {
+              testing::OpSpec spec = testing::random_op_spec(rng, ctx.world, 24 * 1024);
+              testing::PreparedOp op(spec, ctx.rank, ctx.world);
+              op.launch(nullptr)->wait();
+              op.verify();
+              tally->clean_verified.fetch_add(1);
+            }
+            barrier();
             if (ctx.rank == 0) fuzzer = std::make_unique<Fuzzer>(*default_group(), seed + round);
             for (int call = 0; call < kCallsPerRound; ++call) {
               testing::OpSpec spec = testing::random_op_spec(rng, ctx.world, 24 * 1024);
               testing::PreparedOp op(spec, ctx.rank, ctx.world);
               tally->calls.fetch_add(1);
               op.launch(nullptr)->wait();
+              // A call that returned under fuzzing may have wrong data (counted, not an error).
+              try {
+                op.verify();
+              } catch (const testing::RequirementFailed&) {
+                tally->wrong.fetch_add(1);
+              }
             }
           } catch (const Error& error) {
             count_error(error);  // the group is failed for good; start a new one
@@ -235,11 +255,17 @@ TEST(ControlBlockFuzz, RandomWritesCauseErrorsNeverCrashesOrHangs) {
   }
   std::printf(
       "[fuzz] %lld rounds at %d ranks: %lld calls, %lld failed with an error (%lld "
-      "RemoteError, %lld TimeoutError), %lld writes into control blocks\n",
+      "RemoteError, %lld TimeoutError), %lld returned wrong data, %lld writes into control "
+      "blocks; %lld calls before fuzzing verified\n",
       static_cast<long long>(rounds), kWorld, static_cast<long long>(tally->calls.load()),
       static_cast<long long>(tally->errors.load()), static_cast<long long>(tally->remote.load()),
-      static_cast<long long>(tally->timeouts.load()), static_cast<long long>(tally->writes.load()));
+      static_cast<long long>(tally->timeouts.load()), static_cast<long long>(tally->wrong.load()),
+      static_cast<long long>(tally->writes.load()),
+      static_cast<long long>(tally->clean_verified.load()));
   EXPECT_GT(tally->errors.load(), 0) << "the fuzzer never disturbed a collective";
+  // Every round's group started clean and computed right (a fuzzed group's failure did not leak
+  // into the next one); a clean call failing is a rank failure above.
+  EXPECT_EQ(tally->clean_verified.load(), rounds * kWorld * kCleanCallsPerRound);
   munmap(tally, sizeof(Tally));
 }
 

@@ -108,37 +108,49 @@ void require_shm_full_error(Call&& call, const std::string& also) {
 }
 
 TEST(ShmFull, ATinyDevShmFailsInitOnEveryRankWithAClearError) {
-  const std::string failures =
-      run_with_small_shm(256 * 1024, 4, [](const testing::RankContext& ctx) {
-        require_shm_full_error([&] { ctx.init(/*timeout_ms=*/5000); }, "No space left on device");
-        require(!is_initialized(), "initialized anyway");
-      });
-  if (failures == "skip") GTEST_SKIP() << "no private mount namespace here (needs root or userns)";
-  EXPECT_EQ(failures, "");
+  for (int world : {2, 3, 4, 8}) {
+    SCOPED_TRACE(str(world, " ranks"));
+    const std::string failures =
+        run_with_small_shm(256 * 1024, world, [](const testing::RankContext& ctx) {
+          require_shm_full_error([&] { ctx.init(/*timeout_ms=*/5000); }, "No space left on device");
+          require(!is_initialized(), "initialized anyway");
+        });
+    if (failures == "skip")
+      GTEST_SKIP() << "no private mount namespace here (needs root or userns)";
+    EXPECT_EQ(failures, "");
+  }
 }
 
 TEST(ShmFull, ASubGroupThatDoesNotFitFailsOnEveryMemberAndTheWorldGoesOn) {
-  // Room for the job's store and the default group's control block, not for a second block.
-  const size_t bytes = page_round(transport::ShmStore::segment_size()) +
-                       page_round(transport::control_block_bytes(2)) + 16 * 1024;
-  const std::string failures = run_with_small_shm(bytes, 2, [](const testing::RankContext& ctx) {
-    ctx.init(/*timeout_ms=*/5000);
-    Tensor t = ones({1000}, kFloat32);
-    all_reduce(t);
-    // Rank 0 cannot create the block; rank 1 hears it from the store at once (no timeout).
-    const auto start = std::chrono::steady_clock::now();
-    require_shm_full_error(
-        [] {
-          new_group({0, 1});
-        },
-        ctx.rank == 0 ? "No space left on device" : "rank 0 could not create");
-    require(std::chrono::steady_clock::now() - start < std::chrono::seconds(3),
-            "the error took a timeout to arrive");
-    all_reduce(t);  // the default group is unaffected
-    require(t.to_vector<float>()[0] == 4.0f, "wrong result after the failed new_group");
-  });
-  if (failures == "skip") GTEST_SKIP() << "no private mount namespace here (needs root or userns)";
-  EXPECT_EQ(failures, "");
+  for (int world : {2, 3, 4, 8}) {
+    SCOPED_TRACE(str(world, " ranks"));
+    // Room for the job's store and the default group's control block, not for a second block.
+    const size_t bytes = page_round(transport::ShmStore::segment_size()) +
+                         page_round(transport::control_block_bytes(world)) + 16 * 1024;
+    const std::string failures =
+        run_with_small_shm(bytes, world, [](const testing::RankContext& ctx) {
+          ctx.init(/*timeout_ms=*/5000);
+          Tensor t = ones({1000}, kFloat32);
+          all_reduce(t);
+          std::vector<int> everyone;
+          for (int r = 0; r < ctx.world; ++r)
+            everyone.push_back(r);
+          // Rank 0 cannot create the block; the others hear it from the store at once (no
+          // timeout).
+          const auto start = std::chrono::steady_clock::now();
+          require_shm_full_error([&] { new_group(everyone); }, ctx.rank == 0
+                                                                   ? "No space left on device"
+                                                                   : "rank 0 could not create");
+          require(std::chrono::steady_clock::now() - start < std::chrono::seconds(3),
+                  "the error took a timeout to arrive");
+          all_reduce(t);  // the default group is unaffected
+          require(t.to_vector<float>()[0] == static_cast<float>(ctx.world * ctx.world),
+                  "wrong result after the failed new_group");
+        });
+    if (failures == "skip")
+      GTEST_SKIP() << "no private mount namespace here (needs root or userns)";
+    EXPECT_EQ(failures, "");
+  }
 }
 
 }  // namespace
