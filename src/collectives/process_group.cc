@@ -143,6 +143,26 @@ void set_splits(OpPlan& plan, const std::vector<int64_t>& split_sizes, const cha
                 rows);
 }
 
+// An all_gather's output `later` shares a storage with an earlier one: two ranks' rows written
+// into the same bytes would leave one of them (which one: up to the timing) where both are read.
+[[gnu::cold, gnu::noinline]] void check_outputs_apart(const std::vector<Tensor>& outputs,
+                                                      size_t later) {
+  const Tensor& b = outputs[later];
+  const size_t b_begin = b.storage_offset_bytes();
+  const size_t b_end = b_begin + b.nbytes();
+  for (size_t earlier = 0; earlier < later; ++earlier) {
+    const Tensor& a = outputs[earlier];
+    if (a.storage() != b.storage()) continue;
+    const size_t a_begin = a.storage_offset_bytes();
+    const size_t a_end = a_begin + a.nbytes();
+    if (a_end <= b_begin || b_end <= a_begin || a_begin == a_end || b_begin == b_end) continue;
+    throw InvalidArgument(
+        detail::concat("all_gather: output ", earlier, " and output ", later, " overlap (bytes [",
+                       a_begin, ", ", a_end, ") and [", b_begin, ", ", b_end,
+                       ") of one storage): each rank's rows need memory of their own"));
+  }
+}
+
 [[noreturn, gnu::cold, gnu::noinline]] void throw_devices(const char* op, int first, int second) {
   throw InvalidArgument(detail::concat(op, ": tensors on npu:", first, " and npu:", second,
                                        ": a collective's NPU tensors must be on one device (its "
@@ -513,6 +533,13 @@ std::shared_ptr<Work> ProcessGroup::all_gather(std::vector<Tensor>& outputs, con
                      " has shape ", output.sizes(), ", which does not match the input shape ",
                      input.sizes(), " outside dim 0");
     plan.splits[static_cast<size_t>(r)] = rows ? output.size(0) : 1;
+    // Outputs in one storage (views of one buffer, or one tensor twice) must not overlap.
+    for (int earlier = 0; earlier < r; ++earlier) {
+      if (output.storage() == outputs[static_cast<size_t>(earlier)].storage()) [[unlikely]] {
+        check_outputs_apart(outputs, static_cast<size_t>(r));
+        break;
+      }
+    }
   }
   SHMCCL_CHECK_ARG(outputs[static_cast<size_t>(rank())].sizes() == input.sizes(), plan.name,
                    ": this rank's output (", rank(), ") has shape ",

@@ -137,7 +137,7 @@ TEST(CollectiveErrorsTest, ArgumentErrorsHaveTheReferenceTextsAndLeaveTheGroupUs
 // Tensors a collective would read while it writes them, or on two devices, are refused on the
 // rank that passed them, before its peers wait; what the call would have done is left undone.
 TEST(CollectiveErrorsTest, PartlyOverlappingTensorsAndTwoDevicesAreRefused) {
-  for (int world : {2, 3, 4}) {
+  for (int world : {2, 3, 4, 8}) {
     const std::string job = testing::unique_job_id();
     auto results = testing::run_ranks(
         world,
@@ -164,6 +164,47 @@ TEST(CollectiveErrorsTest, PartlyOverlappingTensorsAndTwoDevicesAreRefused) {
           require_error(
               [&] { all_gather(outputs, other); },
               "it must be apart from output " + std::to_string((ctx.rank + 1) % ctx.world));
+          // Two outputs in the same bytes: another rank's slot given twice, or the last slot a
+          // row into the one before it. This rank's own output is a tensor of its own.
+          Tensor own = zeros({n}, kFloat32).npu();
+          std::vector<Tensor> overlapping = outputs;
+          overlapping[static_cast<size_t>(ctx.rank)] = own;
+          if (ctx.world > 2) {
+            std::vector<int> others;
+            for (int r = 0; r < ctx.world; ++r)
+              if (r != ctx.rank) others.push_back(r);
+            overlapping[static_cast<size_t>(others[1])] = outputs[static_cast<size_t>(others[0])];
+            require_error([&] { all_gather(overlapping, own); },
+                          str("all_gather: output ", others[0], " and output ", others[1],
+                              " overlap (bytes [", others[0] * n * 4, ", ", (others[0] + 1) * n * 4,
+                              ") and [", others[0] * n * 4, ", ", (others[0] + 1) * n * 4,
+                              ") of one storage): each rank's rows need memory of their own"));
+            overlapping[static_cast<size_t>(others[1])] = outputs[static_cast<size_t>(others[1])];
+          }
+          if (ctx.rank < ctx.world - 2) {
+            const int last = ctx.world - 1;
+            overlapping[static_cast<size_t>(last)] = output.narrow(0, last * n - 1, n);
+            require_error(
+                [&] { all_gather(overlapping, own); },
+                str("all_gather: output ", last - 1, " and output ", last, " overlap (bytes [",
+                    (last - 1) * n * 4, ", ", last * n * 4, ") and [", (last * n - 1) * 4, ", ",
+                    ((last + 1) * n - 1) * 4, ") of one storage)"));
+            overlapping[static_cast<size_t>(last)] = outputs[static_cast<size_t>(last)];
+          }
+          const int next = (ctx.rank + 1) % ctx.world;  // this rank's own tensor given again
+          overlapping[static_cast<size_t>(next)] = own;
+          require_error([&] { all_gather(overlapping, own); },
+                        str("all_gather: output ", std::min(ctx.rank, next), " and output ",
+                            std::max(ctx.rank, next), " overlap (bytes [0, ", n * 4, ") and [0, ",
+                            n * 4, ") of one storage)"));
+          // Views of one buffer that do not overlap are fine.
+          own.fill_(ctx.rank + 10);
+          all_gather(outputs, own);
+          std::vector<float> gathered;
+          for (int r = 0; r < ctx.world; ++r)
+            gathered.insert(gathered.end(), static_cast<size_t>(n), static_cast<float>(r + 10));
+          require(output.cpu().to_vector<float>() == gathered,
+                  "all_gather into views of one buffer");
           // Split sizes whose sum overflows.
           const int64_t huge = std::numeric_limits<int64_t>::max();
           std::vector<int64_t> splits(static_cast<size_t>(ctx.world), huge);
