@@ -80,6 +80,10 @@ constexpr std::array kSettings = {
             "log and SHMCCL_TRACE_FILE on a timeout, a dead peer, a mismatch or SIGUSR1"},
     Setting{"SHMCCL_TRACE_FILE", Kind::kString, "",
             "flight recorder file prefix: rank r writes <prefix>.<r> (empty: log only)"},
+    Setting{"SHMCCL_TRACE_WAIT", Kind::kSeconds, "1s",
+            "shmrun: after a rank fails, how long it lets the other ranks write their flight "
+            "recorder (SHMCCL_TRACE_FILE) before it stops them (each rank's file ends the wait "
+            "early)"},
     Setting{"SHMCCL_TRACE_SIGNAL", Kind::kBool, "1",
             "dump the flight recorder on SIGUSR1 (installed only while SIGUSR1 has its default "
             "action, so a program's own handler wins)"},

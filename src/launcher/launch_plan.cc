@@ -255,6 +255,7 @@ LaunchPlan make_launch_plan(const Options& options, std::vector<std::string>* wa
   plan.verbose = options.verbose;
   if (const char* trace = std::getenv("SHMCCL_TRACE_FILE"); trace != nullptr) {
     plan.trace_file = trace;
+    plan.trace_wait_s = config::get_seconds("SHMCCL_TRACE_WAIT");
   }
 
   std::string warning;

@@ -283,8 +283,8 @@ class Supervisor {
     }
   }
 
-  // The first failure. With SHMCCL_TRACE_FILE set, the other ranks get a moment (kTraceWait at
-  // most) to write their flight recorder before SIGTERM: they learn of the failure as fast as
+  // The first failure. With SHMCCL_TRACE_FILE set, the other ranks get a moment (SHMCCL_TRACE_WAIT
+  // at most) to write their flight recorder before SIGTERM: they learn of the failure as fast as
   // shmrun (a pidfd, or the failing collective) and dump at once. The wait ends as soon as every
   // live rank has written its file since the failure (inotify on the file's directory) or exited.
   void on_failure() {
@@ -302,10 +302,10 @@ class Supervisor {
     trace_threshold_ = std::chrono::system_clock::now() - std::chrono::milliseconds(100);
     awaiting_traces_ = true;
     arm_inotify();
-    trace_timer_ = loop_.add_timeout(kTraceWait, [this](int) {
+    trace_timer_ = loop_.add_timeout(to_duration(plan_.trace_wait_s), [this](int) {
       trace_timer_ = 0;
-      SHMCCL_INFO(kLaunch, "not every rank wrote its flight recorder within ",
-                  std::chrono::duration<double>(kTraceWait).count(), " s");
+      SHMCCL_INFO(kLaunch, "not every rank wrote its flight recorder within ", plan_.trace_wait_s,
+                  " s");
       end_trace_wait();
     });
     check_traces();
@@ -338,21 +338,23 @@ class Supervisor {
     end_trace_wait();
   }
 
-  void end_trace_wait() {
+  // Ends the wait for flight recorders and stops the group with `stop_signal`.
+  void end_trace_wait(int stop_signal = SIGTERM) {
     if (!awaiting_traces_) return;
     awaiting_traces_ = false;
     if (trace_timer_ != 0) loop_.cancel(trace_timer_);
     if (trace_poll_ != 0) loop_.cancel(trace_poll_);
     trace_timer_ = trace_poll_ = 0;
     inotify_.reset();
-    begin_stop();
+    begin_stop(stop_signal);
   }
 
   // Stops the group: `stop_signal` to every rank (SIGTERM after a failure; the signal shmrun
-  // received, as torchrun forwards it), then SIGKILL after the grace period.
+  // received, as torchrun forwards it, even while it waits for flight recorders), then SIGKILL
+  // after the grace period.
   void begin_stop(int stop_signal = SIGTERM) {
     if (stopping_) return;
-    if (awaiting_traces_) return end_trace_wait();
+    if (awaiting_traces_) return end_trace_wait(stop_signal);
     stopping_ = true;
     stopped_ = live_;
     if (live_ == 0) return;
@@ -446,7 +448,6 @@ class Supervisor {
   std::vector<Console> consoles_;  // stdout's, then stderr's unless it is the same
   ConsoleSink& err_console_;       // also where shmrun's own lines go
   // The flight recorder wait after the first failure (see on_failure).
-  static constexpr std::chrono::seconds kTraceWait{1};
   bool awaiting_traces_ = false;
   FileDescriptor inotify_;
   EventLoop::OpId trace_poll_ = 0;

@@ -360,6 +360,32 @@ TEST(Failure, ARankIgnoringTheStopSignalIsKilledAfterTheGracePeriod) {
   expect_shm_clean(namespaces(result.err));
 }
 
+// After a failure shmrun waits for the ranks' flight recorders (SHMCCL_TRACE_WAIT, 60 s here,
+// with a trace file no rank writes). A signal to shmrun then ends the wait at once, and the ranks
+// get that signal, as they would at any other time, not the SIGTERM of a failure.
+TEST(Failure, ASignalDuringTheFlightRecorderWaitReachesTheRanksAsItCame) {
+  const std::string prefix =
+      std::filesystem::temp_directory_path() / ("shmrun_no_trace_" + std::to_string(getpid()));
+  Shmrun shmrun({"-v", "--nproc-per-node", "3", kWorker, "fail-and-report", "2"},
+                {"SHMCCL_TRACE_FILE=" + prefix, "SHMCCL_TRACE_WAIT=60s"});
+  ASSERT_TRUE(shmrun.read_err_until([](const std::string& err) {
+    return err.find("rank 2 (pid ") != std::string::npos &&
+           err.find(") ended: exit code 3") != std::string::npos;
+  })) << shmrun.err();
+  const auto start = std::chrono::steady_clock::now();
+  shmrun.send(SIGINT);
+  const RunResult result = shmrun.wait();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30)) << result.err;
+  for (int rank : {0, 1}) {
+    const std::string line = "[rank" + std::to_string(rank) + "]:got SIG";
+    EXPECT_NE(result.out.find(line + "INT\n"), std::string::npos) << result.out << result.err;
+    EXPECT_EQ(result.out.find(line + "TERM"), std::string::npos) << result.out;
+  }
+  EXPECT_NE(result.err.find("stopping 2 ranks: SIGINT"), std::string::npos) << result.err;
+  expect_ranks_gone(result.err, 3);
+  expect_shm_clean(namespaces(result.err));
+}
+
 TEST(Failure, ASecondSignalKillsAtOnce) {
   Shmrun shmrun({"-v", "--grace-period", "60", "--nproc-per-node", "2", kWorker, "ignore-stop"});
   ASSERT_TRUE(

@@ -18,6 +18,7 @@
 //   affinity             print "cpus=<list>" from sched_getaffinity
 //   report-signals       print "ready"; on SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 or SIGUSR2
 //                        print "got SIG<name>" and exit 0
+//   fail-and-report RANK rank RANK exits 3 once the others are ready; they report-signals
 //   flood RANK           rank RANK exits 3 at once; the others write lines without pause
 //   flood-both           write lines without pause, on stdout and stderr in turn
 //   flood-until-usr2 RANK  rank RANK says so on stderr and exits 3 once it receives SIGUSR2;
@@ -133,6 +134,30 @@ int main(int argc, char** argv) {
   if (mode == "report-signals") {
     for (int signal_number : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2})
       signal(signal_number, report_signal);
+    wait_forever();
+  }
+  if (mode == "fail-and-report" && argc == 3) {
+    if (rank == std::atoi(argv[2])) {
+      // Fails once every other rank's handlers are in place: each made its segment, then
+      // its handlers, then a file of its own (so shmrun's stop reaches a reporting rank).
+      const char* ns = std::getenv("SHMCCL_NAMESPACE");
+      const int world = std::atoi(std::getenv("WORLD_SIZE"));
+      for (int other = 0; ns != nullptr && other < world; ++other) {
+        if (other == rank) continue;
+        const std::string ready =
+            std::string("/dev/shm/shmccl.") + ns + ".ready" + std::to_string(other);
+        while (access(ready.c_str(), F_OK) != 0)
+          usleep(1000);
+      }
+      return 3;
+    }
+    for (int signal_number : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2})
+      signal(signal_number, report_signal);
+    if (const char* ns = std::getenv("SHMCCL_NAMESPACE"); ns != nullptr) {
+      const std::string ready =
+          std::string("/dev/shm/shmccl.") + ns + ".ready" + std::to_string(rank);
+      close(open(ready.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600));
+    }
     wait_forever();
   }
   if (mode == "grandchild" && argc == 4) {
