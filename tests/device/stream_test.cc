@@ -442,20 +442,31 @@ bool help_until_helped(StreamImpl& impl) {
   return false;
 }
 
-// Once waiters run its tasks, the idle worker polls instead of being woken for each helpable
-// task. A task no one waits for must still run on its own, and a marker behind it complete.
+// Once waiters run its tasks, the idle worker polls (here every 20 ms) instead of being woken
+// for each helpable task. A task no one waits for must still run on its own within a poll or so,
+// and a marker behind it complete. Each round helps a task first, so the worker is polling (not
+// asleep until woken) when the task comes: a poll period read wrongly (seconds for milliseconds)
+// misses the 1 s bound.
 TEST(StreamImplTest, HelpableTaskNoOneWaitsForRunsOnItsOwnAfterHelpedOnes) {
+  setenv("SHMCCL_HELPED_POLL_TIME", "20ms", 1);
+  config::reload();
   auto impl = make_impl();
+  unsetenv("SHMCCL_HELPED_POLL_TIME");
+  config::reload();
   Stream stream(impl);
-  ASSERT_TRUE(help_until_helped(*impl));
   for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(help_until_helped(*impl));
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (!impl->worker_polls() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::yield();
+    ASSERT_TRUE(impl->worker_polls()) << "call " << i << ": the idle worker does not poll";
     std::promise<std::thread::id> ran_on;
     auto ran_on_future = ran_on.get_future();
     (void)impl->enqueue_helpable([&] { ran_on.set_value(std::this_thread::get_id()); });
     Event done;
     done.record(stream);
-    // No helper, no synchronize: only the worker can run it. Generous bound, for loaded CI.
-    ASSERT_EQ(ran_on_future.wait_for(10s), std::future_status::ready) << "call " << i;
+    // No helper, no synchronize: only the worker can run it, at its next poll.
+    ASSERT_EQ(ran_on_future.wait_for(1s), std::future_status::ready) << "call " << i;
     EXPECT_NE(ran_on_future.get(), std::this_thread::get_id());
     done.synchronize();  // blocks without waking the worker: its poll completes the marker
   }

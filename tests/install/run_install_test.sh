@@ -13,14 +13,17 @@ for path in include/shmccl/shmccl.hpp lib/libshmccl.so lib/libshmccl.a \
 done
 # The shared library calls its own functions directly (-Bsymbolic-functions): through its PLT,
 # a synchronous collective's call overhead was a third larger (docs/performance.md).
-own_plt=$(readelf -rW "$prefix/lib/libshmccl.so" | awk '/JUMP_SLOT/ && $5 ~ /^_ZN6shmccl/' | wc -l)
+own_plt=$(readelf -rW "$prefix/lib/libshmccl.so" | awk '/JUMP_SLOT/ && $5 ~ /^_ZNK?6shmccl/' | wc -l)
 if [ "$own_plt" -ne 0 ]; then
   echo "libshmccl.so calls $own_plt of its own functions through its PLT" >&2
   exit 1
 fi
-# It exports its interface only (the public headers' declarations), none of its internals.
-internal=$(nm -DC --defined-only "$prefix/lib/libshmccl.so" |
-           grep -cE 'shmccl::(collectives|transport|device|ops|kernels|config|log)::' || true)
+# It exports its interface only (the public headers' declarations), none of its internals: no
+# symbol (function, object, vtable or typeinfo) of an internal namespace, at any depth
+# (shmccl::detail::, shmccl::npu::detail::, shmccl::json::, ...). Public functions may still name
+# internal types in their parameters.
+internal=$(nm -DC --defined-only "$prefix/lib/libshmccl.so" | sed -E 's/^[0-9a-f]+ [A-Za-z] //' |
+           grep -cE '^((typeinfo|typeinfo name|vtable|VTT|guard variable) for )?shmccl::([a-z_]+::)*(collectives|transport|device|ops|kernels|config|log|json|detail)::' || true)
 if [ "$internal" -ne 0 ]; then
   echo "libshmccl.so exports $internal internal symbols" >&2
   exit 1

@@ -40,17 +40,22 @@ TEST_P(EventLoopTest, PollFiresWhenTheFdBecomesReadable) {
 TEST_P(EventLoopTest, TimeoutsFireInOrderAndCancelledOnesNever) {
   EventLoop loop(GetParam());
   std::vector<int> fired;
+  const auto start = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::duration last_fired{};
   loop.add_timeout(20ms, [&](int res) {
     EXPECT_EQ(res, -ETIME);
     fired.push_back(2);
+    last_fired = std::chrono::steady_clock::now() - start;
   });
   const EventLoop::OpId cancelled = loop.add_timeout(1ms, [&](int) { fired.push_back(99); });
   loop.add_timeout(5ms, [&](int) { fired.push_back(1); });
   loop.cancel(cancelled);
-  const auto start = std::chrono::steady_clock::now();
   while (fired.size() < 2 && std::chrono::steady_clock::now() - start < 5s)
     loop.run_once();
   EXPECT_EQ(fired, (std::vector<int>{1, 2}));
+  // The 20 ms timer took 20 ms: not sooner, and not a unit off (20 s, or 20 us).
+  EXPECT_GE(last_fired, 20ms);
+  EXPECT_LT(last_fired, 1s);
 }
 
 TEST_P(EventLoopTest, HandlersMayAddOperations) {

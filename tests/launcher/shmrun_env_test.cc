@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
@@ -64,7 +65,7 @@ TEST_P(EnvTest, EveryRankGetsTheLauncherVariables) {
   expect_shm_clean(namespaces(result.err));
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSizes, EnvTest, ::testing::Values(2, 4));
+INSTANTIATE_TEST_SUITE_P(WorldSizes, EnvTest, ::testing::Values(2, 3, 4, 8));
 
 // An fd that shmrun inherited without close-on-exec (a lock a script holds, a pipe) does not
 // reach the ranks, as torchrun's workers (Python's subprocess) get none: the ranks have their
@@ -215,6 +216,18 @@ TEST(Env, NamespaceIsSafeAndShortForAnyRunId) {
   EXPECT_EQ(ns.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_-"), std::string::npos);
 }
 
+// A port the kernel handed out for a bind to port 0: one of its ephemeral ports, not a default.
+void expect_a_port_the_kernel_chose(const std::string& text) {
+  const int port = std::stoi(text);
+  int low = 0, high = 0;
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> low >> high;
+  ASSERT_GT(low, 0) << "no ip_local_port_range";
+  EXPECT_GE(port, low) << text;
+  EXPECT_LE(port, high) << text;
+  EXPECT_NE(port, 29500);
+  EXPECT_NE(port, 29400);
+}
+
 TEST(Env, StandaloneGetsARandomJobIdAndAFreePort) {
   const RunResult result = run_shmrun({"--standalone", "--nproc_per_node=2", kWorker, "env"});
   ASSERT_EQ(result.exit_code, 0) << result.err;
@@ -223,9 +236,12 @@ TEST(Env, StandaloneGetsARandomJobIdAndAFreePort) {
   EXPECT_NE(env.at(0).at("TORCHELASTIC_RUN_ID"), "none");
   EXPECT_EQ(env.at(0).at("TORCHELASTIC_RUN_ID"), env.at(1).at("TORCHELASTIC_RUN_ID"));
   EXPECT_EQ(env.at(0).at("MASTER_PORT"), env.at(1).at("MASTER_PORT"));
-  const int port = std::stoi(env.at(0).at("MASTER_PORT"));
-  EXPECT_GT(port, 0);
-  EXPECT_LT(port, 65536);
+  expect_a_port_the_kernel_chose(env.at(0).at("MASTER_PORT"));
+  // Another standalone job gets another id.
+  const RunResult again = run_shmrun({"--standalone", kWorker, "env"});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_NE(parse_env(again.out).at(0).at("TORCHELASTIC_RUN_ID"),
+            env.at(0).at("TORCHELASTIC_RUN_ID"));
 }
 
 // torchrun's c10d rendezvous: an endpoint without a port is port 29400 (29500 is
@@ -246,9 +262,7 @@ TEST(Env, RdzvEndpointPortZeroIsAFreePort) {
   ASSERT_EQ(result.exit_code, 0) << result.err;
   const auto env = parse_env(result.out);
   ASSERT_EQ(env.size(), 2u) << result.out;
-  const int port = std::stoi(env.at(0).at("MASTER_PORT"));
-  EXPECT_GT(port, 0);
-  EXPECT_LT(port, 65536);
+  expect_a_port_the_kernel_chose(env.at(0).at("MASTER_PORT"));
   EXPECT_EQ(env.at(1).at("MASTER_PORT"), env.at(0).at("MASTER_PORT"));
   EXPECT_EQ(env.at(0).at("MASTER_ADDR"), "localhost");
 }
@@ -263,6 +277,7 @@ TEST(Env, StandaloneIgnoresTheRdzvOptions) {
   EXPECT_NE(env.at(0).at("TORCHELASTIC_RUN_ID"), "job_9");
   EXPECT_EQ(env.at(0).at("MASTER_ADDR"), "127.0.0.1");
   EXPECT_NE(env.at(0).at("MASTER_PORT"), "1234");
+  expect_a_port_the_kernel_chose(env.at(0).at("MASTER_PORT"));
   EXPECT_NE(result.err.find("shmrun: warning: --standalone ignores --rdzv-backend=c10d, "
                             "--rdzv-endpoint=node7:1234, --rdzv-id=job_9: it picks a random job "
                             "id and a free port, as torchrun does"),

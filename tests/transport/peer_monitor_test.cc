@@ -87,6 +87,17 @@ PeerMonitor& monitor() {
   return PeerMonitor::instance();
 }
 
+// The monitor thread's id once it waits in epoll_wait (bounded), or -1.
+pid_t idle_monitor_thread() {
+  pid_t thread = -1;
+  const auto deadline = Clock::now() + 5s;
+  while (thread < 0 && Clock::now() < deadline) {
+    thread = testing::find_thread("shmccl-peermon");
+    if (thread < 0) std::this_thread::yield();
+  }
+  return thread > 0 && testing::wait_until_sleeping(thread, "poll") ? thread : -1;
+}
+
 TEST(PeerMonitor, CallbackRunsOnceWhenAChildIsKilled) {
   Deaths deaths;
   SleepingChild child;
@@ -245,15 +256,8 @@ TEST(PeerMonitor, ForkedChildGetsAFreshMonitor) {
   // lock of the sanitizer runtime (its thread registry, its allocator) that no atfork handler
   // takes: the child's copy stays locked, and the child's own monitor thread never starts (a
   // CI failure under ASan). Applications fork with their library threads idle too.
-  pid_t monitor_thread = -1;
-  const auto deadline = Clock::now() + 5s;
-  while (monitor_thread < 0 && Clock::now() < deadline) {
-    monitor_thread = testing::find_thread("shmccl-peermon");
-    if (monitor_thread < 0) std::this_thread::yield();
-  }
-  ASSERT_GT(monitor_thread, 0) << "the monitor thread did not start";
-  ASSERT_TRUE(testing::wait_until_sleeping(monitor_thread, "poll"))
-      << "the monitor thread is not waiting in epoll_wait";
+  const pid_t monitor_thread = idle_monitor_thread();
+  ASSERT_GT(monitor_thread, 0) << "the monitor thread did not start or is not in epoll_wait";
   const std::string failures = testing::run_processes(1, [](int) {
     CHILD_CHECK(monitor().num_watches() == 0, "watches are not inherited");
     Deaths deaths;
@@ -263,6 +267,25 @@ TEST(PeerMonitor, ForkedChildGetsAFreshMonitor) {
     CHILD_CHECK(deaths.wait_for(1), "no callback within 5 s in the forked child");
   });
   EXPECT_EQ(failures, "");
+}
+
+// With pidfds, the monitor thread sleeps in epoll_wait until a watched process dies: no timeout,
+// no /proc polling. A thread that polled (every 10 ms: the fallback without pidfds) would wake
+// about 30 times in 300 ms; peer_monitor_without_pidfds_test.cc checks that it does there.
+TEST(PeerMonitor, TheThreadSleepsUntilADeathWhenPidfdsWork) {
+  Deaths deaths;
+  SleepingChild child;
+  monitor().watch(child.pid(), deaths.callback());
+  const pid_t monitor_thread = idle_monitor_thread();
+  ASSERT_GT(monitor_thread, 0) << "the monitor thread did not start or is not in epoll_wait";
+  const long before = testing::voluntary_switches(monitor_thread);
+  std::this_thread::sleep_for(300ms);  // the span measured, not a wait for an event
+  const long after = testing::voluntary_switches(monitor_thread);
+  ASSERT_GE(before, 0);
+  EXPECT_LE(after - before, 3) << "the monitor thread woke " << after - before
+                               << " times in 300 ms with nobody dying: it polls";
+  child.kill();
+  EXPECT_TRUE(deaths.wait_for(1));
 }
 
 TEST(PeerMonitor, DeathDetectionLatency) {

@@ -22,6 +22,7 @@
 #include "syscall_filter.h"
 #include "transport/multiprocess.h"
 #include "transport/peer_monitor.h"
+#include "transport/process_state.h"
 
 namespace shmccl::transport {
 namespace {
@@ -122,6 +123,31 @@ TEST_P(PeerMonitorWithoutPidfds, UnwatchedProcessesAreNoLongerRead) {
                   CHILD_CHECK(deaths.load() == 10, "the unwatched callback never ran");
                   ::waitpid(child, nullptr, 0);
                 }),
+            "");
+}
+
+// The other side of PeerMonitor.TheThreadSleepsUntilADeathWhenPidfdsWork: here the thread
+// polls, so the measure that test relies on does see a polling thread wake.
+TEST_P(PeerMonitorWithoutPidfds, TheThreadPollsEveryTenMilliseconds) {
+  EXPECT_EQ(without_pidfds(GetParam(),
+                           [] {
+                             const pid_t child = sleeping_child();
+                             std::atomic<int> deaths{0};
+                             PeerMonitor::instance().watch(child, [&](pid_t) { ++deaths; });
+                             pid_t thread = -1;
+                             const auto deadline = Clock::now() + 5s;
+                             while (thread < 0 && Clock::now() < deadline)
+                               thread = testing::find_thread("shmccl-peermon");
+                             CHILD_CHECK(thread > 0, "the monitor thread did not start");
+                             const long before = testing::voluntary_switches(thread);
+                             std::this_thread::sleep_for(300ms);  // the span measured
+                             const long after = testing::voluntary_switches(thread);
+                             CHILD_CHECK(after - before >= 10, "the polling thread woke only ",
+                                         after - before, " times in 300 ms");
+                             ::kill(child, SIGKILL);
+                             CHILD_CHECK(wait_for(deaths, 1, 2s), "no callback");
+                             ::waitpid(child, nullptr, 0);
+                           }),
             "");
 }
 

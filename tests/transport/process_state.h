@@ -3,6 +3,7 @@
 // What another process is doing, read from /proc (no gtest: test workers use it too):
 //  - wait_until_sleeping(pid, wchan_part): waits (bounded) until a process sleeps in the kernel.
 //  - find_thread(name): the id of this process's thread called `name` (pthread_setname_np).
+//  - voluntary_switches(tid): how often this process's thread `tid` has gone to sleep.
 #pragma once
 
 #include <dirent.h>
@@ -50,6 +51,18 @@ inline pid_t find_thread(const std::string& name) {
   }
   ::closedir(tasks);
   return found;
+}
+
+// How many times this process's thread `tid` gave up its CPU to sleep (voluntary_ctxt_switches
+// of /proc/self/task/<tid>/status), -1 when unreadable: a thread that wakes by itself (a poll's
+// timeout) counts up while nothing happens, one that sleeps until woken does not.
+inline long voluntary_switches(pid_t tid) {
+  std::ifstream file("/proc/self/task/" + std::to_string(tid) + "/status");
+  for (std::string line; std::getline(file, line);) {
+    const std::string key = "voluntary_ctxt_switches:";
+    if (line.rfind(key, 0) == 0) return std::atol(line.c_str() + key.size());
+  }
+  return -1;
 }
 
 }  // namespace shmccl::transport::testing

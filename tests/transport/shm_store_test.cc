@@ -188,10 +188,13 @@ TEST_P(ShmStoreRendezvousTest, EveryRankSeesEveryRank) {
   auto parent = open();  // a live member throughout, so the store is never taken for stale
   const std::string failures = testing::run_processes(world, [&](int rank) {
     auto store = open();
-    store->set("rank/" + std::to_string(rank), "pid " + std::to_string(::getpid()));
+    store->set("rank/" + std::to_string(rank),
+               "rank " + std::to_string(rank) + " pid " + std::to_string(::getpid()));
     for (int peer = 0; peer < world; ++peer) {
       const std::string value = store->get("rank/" + std::to_string(peer));
-      CHILD_CHECK(value.rfind("pid ", 0) == 0, "rank ", rank, " got '", value, "'");
+      const std::string expected = "rank " + std::to_string(peer) + " pid ";
+      CHILD_CHECK(value.rfind(expected, 0) == 0 && value.size() > expected.size(), "rank ", rank,
+                  " got '", value, "' for rank ", peer);
     }
     store->add("done", 1);
   });
@@ -202,7 +205,7 @@ TEST_P(ShmStoreRendezvousTest, EveryRankSeesEveryRank) {
   parent->unlink();
 }
 
-INSTANTIATE_TEST_SUITE_P(Worlds, ShmStoreRendezvousTest, ::testing::Values(1, 2, 4, 8));
+INSTANTIATE_TEST_SUITE_P(Worlds, ShmStoreRendezvousTest, ::testing::Values(1, 2, 3, 4, 8));
 
 TEST_F(ShmStoreTest, AddIsExactAcrossEightProcesses) {
   constexpr int kProcesses = 8;

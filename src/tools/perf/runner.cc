@@ -144,8 +144,18 @@ Measurement Runner::measure(const SizePlan& plan, ScalarType dtype, ReduceOp op,
   measurement.seconds = max_over_ranks(mine);
   if (!options_.check) return measurement;
 
+  // Checked after as many ops in flight as were timed (at least two in a row), where running
+  // an op again leaves the same result: a reduction in place (all-reduce's SUM, say) would
+  // reduce its own result, so it is checked after one op.
+  const bool repeatable =
+      collective == Collective::kAllGather || collective == Collective::kAllGatherUneven ||
+      collective == Collective::kBroadcast ||
+      ((collective == Collective::kReduceScatter ||
+        collective == Collective::kReduceScatterUneven) &&
+       !in_place) ||
+      (collective == Collective::kAllReduce && (op == ReduceOp::MIN || op == ReduceOp::MAX));
   fill_with_pattern(buffers, pattern, rank_);
-  run(1);
+  run(repeatable ? std::max(2, options_.async_depth) : 1);
   if (rank_ == options_.corrupt_rank && buffers.output.numel() > 0) {
     write(buffers.output.narrow(0, 0, 1), [&](void* data) { pattern.fill_poison(data, 1); });
   }

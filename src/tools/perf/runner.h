@@ -3,8 +3,9 @@
 // Runs one measurement of the sweep on the default process group, through the public API only:
 // allocates the tensors of a size (out of place or in place), fills them, runs the warm-up
 // iterations, times the iterations (synchronous calls, or async_op=true with up to
-// `async_depth` ops in flight), then, with -c 1, refills the tensors, runs the op once more and
-// counts the wrong elements against the host reference (reference.h). Every rank must call
+// `async_depth` ops in flight), then, with -c 1, refills the tensors, runs the op once more (with
+// as many in flight, where a repeat leaves the same result) and counts the wrong elements against
+// the host reference (reference.h). Every rank must call
 // measure() with the same arguments in the same order (each call runs collectives). Not
 // thread-safe.
 #pragma once
