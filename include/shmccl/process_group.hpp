@@ -121,6 +121,9 @@ class ProcessGroup {
   // src is a rank of this group (as c10d's ProcessGroup::broadcast's rootRank); the free
   // function's src is a rank of the default group (as torch.distributed.broadcast's).
   std::shared_ptr<Work> broadcast(Tensor& tensor, int src, bool async_op = false);
+  // Has no tensors: it comes after the work queued on the current stream of the calling thread's
+  // current device (as torch's barrier, an all-reduce of a tensor there), when this process uses
+  // that device; a synchronous barrier returns once that work and the barrier are done.
   std::shared_ptr<Work> barrier(bool async_op = false);
 
   // Fails every pending collective of this group on every rank, promptly.

@@ -262,6 +262,10 @@ std::shared_ptr<Work> submit(detail::GroupState& state, OpPlan& plan, bool async
   // stream used across fork() is an error here (idle() checks), and the group's stream starts.
   const int device = ordering == Ordering::kCallerStream ? ordering_device(plan) : -1;
   npu::detail::StreamImpl* caller = device >= 0 ? &device::current_stream_impl(device) : nullptr;
+  // A barrier has no tensors: as torch's (an all-reduce of a tensor on the current device) it
+  // comes after the work queued on the current stream of the current device, if one is in use.
+  if (plan.kind == OpKind::kBarrier && ordering == Ordering::kCallerStream) [[unlikely]]
+    caller = device::current_stream_impl_if_used();
   // A caller inside a task of its own stream is already in stream order.
   if (caller != nullptr && (caller->idle() || caller->runs_here())) caller = nullptr;
   npu::detail::StreamImpl* comm =

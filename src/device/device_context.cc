@@ -250,6 +250,20 @@ npu::detail::StreamImpl& current_stream_impl(int device) {
   return look_up_current_stream(device);
 }
 
+npu::detail::StreamImpl* current_stream_impl_if_used() noexcept {
+  const int device = t_current_device;
+  ProcessState* state = g_state.load(std::memory_order_acquire);
+  if (device < 0 || device >= kMaxDevices || state == nullptr) return nullptr;
+  const auto index = static_cast<size_t>(device);
+  const ThreadStreams& mine = thread_streams();
+  if (mine.owner == state) {  // not a state of the parent of a fork
+    if (npu::detail::StreamImpl* cached = mine.current[index]) return cached;
+    if (mine.streams[index]) return mine.streams[index].get();
+  }
+  const DeviceState& entry = state->devices[index];
+  return entry.ready.load(std::memory_order_acquire) ? entry.default_stream.get() : nullptr;
+}
+
 }  // namespace shmccl::device
 
 namespace shmccl::npu {

@@ -27,6 +27,12 @@ std::shared_ptr<npu::detail::StreamImpl> new_shared_stream(int device);
 // The calling thread's current stream of `device` (-1: current), without copying a handle.
 npu::detail::StreamImpl& current_stream_impl(int device);
 
+// The calling thread's current stream of its current device when this process uses that device
+// (the device exists, or the thread set a stream of its own), else nullptr: an unused device has
+// no work queued. Never creates a device, never throws (a barrier, which has no tensors, is
+// ordered after it).
+npu::detail::StreamImpl* current_stream_impl_if_used() noexcept;
+
 // The arena and allocator of `device` (-1: current), created on first use.
 Arena& arena(int device);
 CachingAllocator& allocator(int device);

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <thread>
@@ -101,6 +102,34 @@ TEST(WorkTest, HugeTimeoutsWaitAsLongAsItTakes) {
         require(std::string(error.what()).find("must be > 0 ms") != std::string::npos,
                 error.what());
       }
+    }
+  });
+}
+
+// A barrier has no tensors, yet comes after the work queued on the current stream of the current
+// device (as torch's, an all-reduce on that device): here a task that holds the stream until
+// another thread lets it go, 50 ms on. A barrier that ran at once (it used to) returns before.
+TEST(WorkTest, ABarrierComesAfterTheCurrentStreamsWork) {
+  run_at({2, 3, 4, 8}, [](const testing::RankContext& ctx) {
+    npu::set_device(ctx.rank % npu::device_count());
+    ctx.init(60000);
+    barrier();
+    for (bool async_op : {false, true}) {
+      std::atomic<bool> released{false};
+      std::promise<void> gate;
+      std::shared_future<void> opened = gate.get_future().share();
+      device::current_stream_impl(-1).enqueue([opened] { opened.wait(); });
+      std::thread releaser([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the span checked
+        released = true;
+        gate.set_value();
+      });
+      std::shared_ptr<Work> work = barrier(nullptr, async_op);
+      work->wait();
+      const bool after = released.load();
+      releaser.join();
+      require(after, str(async_op ? "an asynchronous" : "a synchronous",
+                         " barrier finished before the work queued on the current stream"));
     }
   });
 }
