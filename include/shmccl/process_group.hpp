@@ -65,14 +65,18 @@ bool is_initialized();
 // group's timeout at most), and a mismatch, or a peer that never calls it, is thrown
 // (RemoteError, TimeoutError) once every group is down.
 void destroy_process_group();  // does nothing without init_process_group
+// As torch's destroy_process_group(group): one group only, shut down (ProcessGroup::shutdown,
+// with the mismatch check above) and forgotten; the default group (or nullptr) destroys every
+// group, as above; a group this rank is not a member of: nothing.
+void destroy_process_group(const ProcessGroupPtr& group);
 // Before init_process_group (or after destroy_process_group) these throw, unless given a group.
 ProcessGroupPtr default_group();
 int get_rank(const ProcessGroupPtr& group = nullptr);
 int get_world_size(const ProcessGroupPtr& group = nullptr);
 // A sub-group of the default group's ranks (all ranks of the default group must call it, in the
 // same order, with the same list). As torch's new_group, the list is sorted: group rank i is the
-// i-th smallest default-group rank in it. timeout: the default group's when negative; 0 is
-// refused. Ranks outside `ranks` get a group they are not a member of, as torch's
+// i-th smallest default-group rank in it. timeout: the default group's when negative (torch
+// takes its backend's default instead: pass SHMCCL_TIMEOUT's value for that); 0 is refused. Ranks outside `ranks` get a group they are not a member of, as torch's
 // NON_GROUP_MEMBER (not nullptr, which means the default group): is_member() is false, rank()
 // and size() are -1 (torch's get_rank and get_world_size), and its collectives do nothing, with
 // a warning, and return a completed Work.

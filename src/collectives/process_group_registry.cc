@@ -108,6 +108,22 @@ void destroy_process_group() {
   if (first_error) std::rethrow_exception(first_error);
 }
 
+void destroy_process_group(const ProcessGroupPtr& group) {
+  Registry& state = registry();
+  {
+    std::unique_lock<std::mutex> lock(state.mutex);
+    if (group == nullptr || group == state.default_group) {
+      lock.unlock();
+      return destroy_process_group();
+    }
+    if (!group->is_member()) return;  // torch's NON_GROUP_MEMBER: nothing of it here
+    std::erase(state.groups, group);
+  }
+  // As ProcessGroup::shutdown(), but a mismatch found on the way out is thrown, as the
+  // destruction of every group throws it.
+  if (std::exception_ptr error = collectives::shut_down(*group)) std::rethrow_exception(error);
+}
+
 ProcessGroupPtr default_group() {
   return collectives::require_default_group();
 }

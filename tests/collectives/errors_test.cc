@@ -875,6 +875,44 @@ TEST(CollectiveErrorsTest, ShutDownGroupsRunNoMoreCollectives) {
   }
 }
 
+// destroy_process_group(group), as torch's: that group only; the default group (or nullptr)
+// destroys every group; a non-member's group is left alone.
+TEST(CollectiveErrorsTest, DestroyingOneGroupLeavesTheOthers) {
+  for (int world : {2, 3, 4, 8}) {
+    const std::string job = testing::unique_job_id();
+    auto results = testing::run_ranks(
+        world,
+        [](const testing::RankContext& ctx) {
+          npu::set_device(ctx.rank);
+          ctx.init();
+          ProcessGroupPtr pair = new_group({0, 1});
+          ProcessGroupPtr rest = new_group(std::vector<int>{ctx.world - 1});
+          Tensor t = ones({4}, kFloat32).npu();
+          if (pair->is_member()) {
+            all_reduce(t, ReduceOp::SUM, pair);
+            const std::string name = pair->comm_name();
+            destroy_process_group(pair);
+            require_error([&] { all_reduce(t, ReduceOp::SUM, pair); }, "was shut down");
+            require_error([&] { group_from_comm_name(name); }, "unknown communicator name");
+          } else {
+            destroy_process_group(pair);  // not a member: nothing happens
+          }
+          if (rest->is_member()) all_reduce(t, ReduceOp::SUM, rest);  // the others live on
+          Tensor u = ones({4}, kFloat32).npu();
+          all_reduce(u);
+          require(u.cpu().to_vector<float>()[0] == static_cast<float>(ctx.world), "the world's");
+          destroy_process_group(default_group());  // every group
+          require(!is_initialized(), "the default group survived");
+          if (rest->is_member()) {
+            require_error([&] { all_reduce(u, ReduceOp::SUM, rest); }, "was shut down");
+          }
+        },
+        std::chrono::seconds(60), job);
+    EXPECT_TRUE(testing::all_ranks_succeeded(results)) << world << " ranks";
+    EXPECT_TRUE(testing::no_segments_left(job));
+  }
+}
+
 TEST(CollectiveErrorsTest, AbortFailsPendingWorkOnEveryRank) {
   for (int world : {2, 3, 4, 8}) {
     const std::string job = testing::unique_job_id();
