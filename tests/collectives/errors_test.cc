@@ -36,6 +36,16 @@ void require_error(Call&& call, const std::string& text) {
   throw testing::RequirementFailed("no error; expected one containing '" + text + "'");
 }
 
+// Runs `body` at 2, 3, 4 and 8 ranks; every rank must succeed and leave no segment behind.
+void run_at_every_rank_count(const std::function<void(const testing::RankContext&)>& body) {
+  for (int world : {2, 3, 4, 8}) {
+    const std::string job = testing::unique_job_id();
+    auto results = testing::run_ranks(world, body, std::chrono::seconds(60), job);
+    EXPECT_TRUE(testing::all_ranks_succeeded(results)) << world << " ranks";
+    EXPECT_TRUE(testing::no_segments_left(job)) << world << " ranks";
+  }
+}
+
 TEST(CollectiveErrorsTest, ArgumentErrorsHaveTheReferenceTextsAndLeaveTheGroupUsable) {
   const std::string job = testing::unique_job_id();
   auto results = testing::run_ranks(
@@ -137,98 +147,86 @@ TEST(CollectiveErrorsTest, ArgumentErrorsHaveTheReferenceTextsAndLeaveTheGroupUs
 // Tensors a collective would read while it writes them, or on two devices, are refused on the
 // rank that passed them, before its peers wait; what the call would have done is left undone.
 TEST(CollectiveErrorsTest, PartlyOverlappingTensorsAndTwoDevicesAreRefused) {
-  for (int world : {2, 3, 4, 8}) {
-    const std::string job = testing::unique_job_id();
-    auto results = testing::run_ranks(
-        world,
-        [](const testing::RankContext& ctx) {
-          npu::set_device(ctx.rank);
-          ctx.init();
-          const int64_t n = 1000;  // rows per rank: zero-copy, where an overlap corrupted
-          Tensor output = zeros({ctx.world * n}, kFloat32).npu();
-          // One row off this rank's own slot.
-          const int64_t shifted = ctx.rank == 0 ? 1 : ctx.rank * n - 1;
-          Tensor input = output.narrow(0, shifted, n);
-          require_error([&] { all_gather_into_tensor(output, input); },
-                        "all_gather_into_tensor: the input and the output partly overlap");
-          require_error([&] { all_gather_into_tensor_uneven(output, input); },
-                        "in place it must be exactly this rank's rows");
-          require_error([&] { reduce_scatter_tensor(input, output); },
-                        "reduce_scatter_tensor: the output and the input partly overlap");
-          require_error([&] { reduce_scatter_tensor_uneven(input, output); },
-                        "clone() the output first");
-          std::vector<Tensor> outputs;
-          for (int r = 0; r < ctx.world; ++r)
-            outputs.push_back(output.narrow(0, r * n, n));
-          Tensor other = outputs[static_cast<size_t>((ctx.rank + 1) % ctx.world)];
-          require_error(
-              [&] { all_gather(outputs, other); },
-              "it must be apart from output " + std::to_string((ctx.rank + 1) % ctx.world));
-          // Two outputs in the same bytes: another rank's slot given twice, or the last slot a
-          // row into the one before it. This rank's own output is a tensor of its own.
-          Tensor own = zeros({n}, kFloat32).npu();
-          std::vector<Tensor> overlapping = outputs;
-          overlapping[static_cast<size_t>(ctx.rank)] = own;
-          if (ctx.world > 2) {
-            std::vector<int> others;
-            for (int r = 0; r < ctx.world; ++r)
-              if (r != ctx.rank) others.push_back(r);
-            overlapping[static_cast<size_t>(others[1])] = outputs[static_cast<size_t>(others[0])];
-            require_error([&] { all_gather(overlapping, own); },
-                          str("all_gather: output ", others[0], " and output ", others[1],
-                              " overlap (bytes [", others[0] * n * 4, ", ", (others[0] + 1) * n * 4,
-                              ") and [", others[0] * n * 4, ", ", (others[0] + 1) * n * 4,
-                              ") of one storage): each rank's rows need memory of their own"));
-            overlapping[static_cast<size_t>(others[1])] = outputs[static_cast<size_t>(others[1])];
-          }
-          if (ctx.rank < ctx.world - 2) {
-            const int last = ctx.world - 1;
-            overlapping[static_cast<size_t>(last)] = output.narrow(0, last * n - 1, n);
-            require_error(
-                [&] { all_gather(overlapping, own); },
-                str("all_gather: output ", last - 1, " and output ", last, " overlap (bytes [",
-                    (last - 1) * n * 4, ", ", last * n * 4, ") and [", (last * n - 1) * 4, ", ",
-                    ((last + 1) * n - 1) * 4, ") of one storage)"));
-            overlapping[static_cast<size_t>(last)] = outputs[static_cast<size_t>(last)];
-          }
-          const int next = (ctx.rank + 1) % ctx.world;  // this rank's own tensor given again
-          overlapping[static_cast<size_t>(next)] = own;
-          require_error([&] { all_gather(overlapping, own); },
-                        str("all_gather: output ", std::min(ctx.rank, next), " and output ",
-                            std::max(ctx.rank, next), " overlap (bytes [0, ", n * 4, ") and [0, ",
-                            n * 4, ") of one storage)"));
-          // Views of one buffer that do not overlap are fine.
-          own.fill_(ctx.rank + 10);
-          all_gather(outputs, own);
-          std::vector<float> gathered;
-          for (int r = 0; r < ctx.world; ++r)
-            gathered.insert(gathered.end(), static_cast<size_t>(n), static_cast<float>(r + 10));
-          require(output.cpu().to_vector<float>() == gathered,
-                  "all_gather into views of one buffer");
-          // Split sizes whose sum overflows.
-          const int64_t huge = std::numeric_limits<int64_t>::max();
-          std::vector<int64_t> splits(static_cast<size_t>(ctx.world), huge);
-          splits[static_cast<size_t>(ctx.rank)] = n;
-          require_error([&] { all_gather_into_tensor_uneven(output, input.clone(), splits); },
-                        "sum to more than 2^63");
-          // Two devices: the call is ordered after one device's stream only.
-          Tensor elsewhere = zeros({n}, kFloat32).npu((ctx.rank + 1) % npu::device_count());
-          require_error([&] { all_gather_into_tensor(output, elsewhere); },
-                        "a collective's NPU tensors must be on one device");
-          // In place still works, and the group was not disturbed.
-          Tensor mine = output.narrow(0, ctx.rank * n, n);
-          mine.fill_(ctx.rank + 1);
-          all_gather_into_tensor(output, mine);
-          std::vector<float> expected;
-          for (int r = 0; r < ctx.world; ++r)
-            expected.insert(expected.end(), static_cast<size_t>(n), static_cast<float>(r + 1));
-          require(output.cpu().to_vector<float>() == expected, "in-place all_gather");
-          destroy_process_group();
-        },
-        std::chrono::seconds(60), job);
-    EXPECT_TRUE(testing::all_ranks_succeeded(results)) << world << " ranks";
-    EXPECT_TRUE(testing::no_segments_left(job));
-  }
+  run_at_every_rank_count([](const testing::RankContext& ctx) {
+    npu::set_device(ctx.rank);
+    ctx.init();
+    const int64_t n = 1000;  // rows per rank: zero-copy, where an overlap corrupted
+    Tensor output = zeros({ctx.world * n}, kFloat32).npu();
+    // One row off this rank's own slot.
+    const int64_t shifted = ctx.rank == 0 ? 1 : ctx.rank * n - 1;
+    Tensor input = output.narrow(0, shifted, n);
+    require_error([&] { all_gather_into_tensor(output, input); },
+                  "all_gather_into_tensor: the input and the output partly overlap");
+    require_error([&] { all_gather_into_tensor_uneven(output, input); },
+                  "in place it must be exactly this rank's rows");
+    require_error([&] { reduce_scatter_tensor(input, output); },
+                  "reduce_scatter_tensor: the output and the input partly overlap");
+    require_error([&] { reduce_scatter_tensor_uneven(input, output); }, "clone() the output first");
+    std::vector<Tensor> outputs;
+    for (int r = 0; r < ctx.world; ++r)
+      outputs.push_back(output.narrow(0, r * n, n));
+    Tensor other = outputs[static_cast<size_t>((ctx.rank + 1) % ctx.world)];
+    require_error([&] { all_gather(outputs, other); },
+                  "it must be apart from output " + std::to_string((ctx.rank + 1) % ctx.world));
+    // Two outputs in the same bytes: another rank's slot given twice, or the last slot a
+    // row into the one before it. This rank's own output is a tensor of its own.
+    Tensor own = zeros({n}, kFloat32).npu();
+    std::vector<Tensor> overlapping = outputs;
+    overlapping[static_cast<size_t>(ctx.rank)] = own;
+    if (ctx.world > 2) {
+      std::vector<int> others;
+      for (int r = 0; r < ctx.world; ++r)
+        if (r != ctx.rank) others.push_back(r);
+      overlapping[static_cast<size_t>(others[1])] = outputs[static_cast<size_t>(others[0])];
+      require_error([&] { all_gather(overlapping, own); },
+                    str("all_gather: output ", others[0], " and output ", others[1],
+                        " overlap (bytes [", others[0] * n * 4, ", ", (others[0] + 1) * n * 4,
+                        ") and [", others[0] * n * 4, ", ", (others[0] + 1) * n * 4,
+                        ") of one storage): each rank's rows need memory of their own"));
+      overlapping[static_cast<size_t>(others[1])] = outputs[static_cast<size_t>(others[1])];
+    }
+    if (ctx.rank < ctx.world - 2) {
+      const int last = ctx.world - 1;
+      overlapping[static_cast<size_t>(last)] = output.narrow(0, last * n - 1, n);
+      require_error([&] { all_gather(overlapping, own); },
+                    str("all_gather: output ", last - 1, " and output ", last, " overlap (bytes [",
+                        (last - 1) * n * 4, ", ", last * n * 4, ") and [", (last * n - 1) * 4, ", ",
+                        ((last + 1) * n - 1) * 4, ") of one storage)"));
+      overlapping[static_cast<size_t>(last)] = outputs[static_cast<size_t>(last)];
+    }
+    const int next = (ctx.rank + 1) % ctx.world;  // this rank's own tensor given again
+    overlapping[static_cast<size_t>(next)] = own;
+    require_error([&] { all_gather(overlapping, own); },
+                  str("all_gather: output ", std::min(ctx.rank, next), " and output ",
+                      std::max(ctx.rank, next), " overlap (bytes [0, ", n * 4, ") and [0, ", n * 4,
+                      ") of one storage)"));
+    // Views of one buffer that do not overlap are fine.
+    own.fill_(ctx.rank + 10);
+    all_gather(outputs, own);
+    std::vector<float> gathered;
+    for (int r = 0; r < ctx.world; ++r)
+      gathered.insert(gathered.end(), static_cast<size_t>(n), static_cast<float>(r + 10));
+    require(output.cpu().to_vector<float>() == gathered, "all_gather into views of one buffer");
+    // Split sizes whose sum overflows.
+    const int64_t huge = std::numeric_limits<int64_t>::max();
+    std::vector<int64_t> splits(static_cast<size_t>(ctx.world), huge);
+    splits[static_cast<size_t>(ctx.rank)] = n;
+    require_error([&] { all_gather_into_tensor_uneven(output, input.clone(), splits); },
+                  "sum to more than 2^63");
+    // Two devices: the call is ordered after one device's stream only.
+    Tensor elsewhere = zeros({n}, kFloat32).npu((ctx.rank + 1) % npu::device_count());
+    require_error([&] { all_gather_into_tensor(output, elsewhere); },
+                  "a collective's NPU tensors must be on one device");
+    // In place still works, and the group was not disturbed.
+    Tensor mine = output.narrow(0, ctx.rank * n, n);
+    mine.fill_(ctx.rank + 1);
+    all_gather_into_tensor(output, mine);
+    std::vector<float> expected;
+    for (int r = 0; r < ctx.world; ++r)
+      expected.insert(expected.end(), static_cast<size_t>(n), static_cast<float>(r + 1));
+    require(output.cpu().to_vector<float>() == expected, "in-place all_gather");
+    destroy_process_group();
+  });
 }
 
 TEST(CollectiveErrorsTest, NotInitializedAndDoubleInit) {
@@ -273,70 +271,53 @@ TEST(CollectiveErrorsTest, NotInitializedAndDoubleInit) {
 }
 
 TEST(CollectiveErrorsTest, MismatchedCallsFailOnEveryRankWithBothDescriptions) {
-  for (int world : {2, 3, 4, 8}) {
-    const std::string job = testing::unique_job_id();
-    auto results = testing::run_ranks(
-        world,
-        [](const testing::RankContext& ctx) {
-          npu::set_device(ctx.rank % 8);
-          ctx.init();
-          // A different dtype on the last rank. Each rank's text names its own call and one of
-          // the other kind (which peer it compared with first is up to the timing).
-          const bool odd_one = ctx.rank == ctx.world - 1;
-          Tensor t = ones({8}, odd_one ? kInt32 : kFloat32).npu();
-          std::string text = "no error";
-          try {
-            all_reduce(t);
-          } catch (const RemoteError& error) {
-            text = error.what();
-          }
-          const std::string mine = odd_one ? "dtype=int32" : "dtype=float32";
-          const std::string theirs = odd_one ? "dtype=float32" : "dtype=int32";
-          require(text.find(str("collective mismatch in all_reduce: rank ", ctx.rank,
-                                " called "
-                                "all_reduce(sequence=1, ",
-                                mine)) != std::string::npos,
-                  text);
-          require(text.find(str(" but rank ")) != std::string::npos &&
-                      text.find(str("called all_reduce(sequence=1, ", theirs)) != std::string::npos,
-                  text);
-          if (!odd_one) {
-            require(text.find(str(" but rank ", ctx.world - 1, " called")) != std::string::npos,
-                    text);
-          }
-          // The group is now failed for good, with the first failure in the message.
-          require_error([&] { barrier(); }, "failed earlier");
-        },
-        std::chrono::seconds(60), job);
-    EXPECT_TRUE(testing::all_ranks_succeeded(results)) << world << " ranks";
-    EXPECT_TRUE(testing::no_segments_left(job));
-  }
+  run_at_every_rank_count([](const testing::RankContext& ctx) {
+    npu::set_device(ctx.rank % 8);
+    ctx.init();
+    // A different dtype on the last rank. Each rank's text names its own call and one of
+    // the other kind (which peer it compared with first is up to the timing).
+    const bool odd_one = ctx.rank == ctx.world - 1;
+    Tensor t = ones({8}, odd_one ? kInt32 : kFloat32).npu();
+    std::string text = "no error";
+    try {
+      all_reduce(t);
+    } catch (const RemoteError& error) {
+      text = error.what();
+    }
+    const std::string mine = odd_one ? "dtype=int32" : "dtype=float32";
+    const std::string theirs = odd_one ? "dtype=float32" : "dtype=int32";
+    require(text.find(str("collective mismatch in all_reduce: rank ", ctx.rank,
+                          " called "
+                          "all_reduce(sequence=1, ",
+                          mine)) != std::string::npos,
+            text);
+    require(text.find(str(" but rank ")) != std::string::npos &&
+                text.find(str("called all_reduce(sequence=1, ", theirs)) != std::string::npos,
+            text);
+    if (!odd_one) {
+      require(text.find(str(" but rank ", ctx.world - 1, " called")) != std::string::npos, text);
+    }
+    // The group is now failed for good, with the first failure in the message.
+    require_error([&] { barrier(); }, "failed earlier");
+  });
 }
 
 // When ranks outnumber cores (here: all on one CPU), the other ranks of a barrier wait for rank
 // 0's release, which only a barrier gives: rank 0 calling something else is a mismatch on every
 // rank, not a wait until the timeout.
 TEST(CollectiveErrorsTest, ABarrierAgainstAnotherCallOnRankZeroIsAMismatch) {
-  for (int world : {2, 3, 4, 8}) {
-    const std::string job = testing::unique_job_id();
-    auto results = testing::run_ranks(
-        world,
-        [](const testing::RankContext& ctx) {
-          testing::run_on_one_cpu();
-          npu::set_device(ctx.rank % 8);
-          ctx.init(/*timeout_ms=*/30000);
-          barrier();
-          Tensor t = ones({2}, kFloat32).npu();
-          if (ctx.rank == 0) {
-            require_error([&] { all_reduce(t); }, "collective mismatch in all_reduce");
-          } else {
-            require_error([&] { barrier(); }, "collective mismatch in barrier");
-          }
-        },
-        std::chrono::seconds(60), job);
-    EXPECT_TRUE(testing::all_ranks_succeeded(results)) << world << " ranks";
-    EXPECT_TRUE(testing::no_segments_left(job));
-  }
+  run_at_every_rank_count([](const testing::RankContext& ctx) {
+    testing::run_on_one_cpu();
+    npu::set_device(ctx.rank % 8);
+    ctx.init(/*timeout_ms=*/30000);
+    barrier();
+    Tensor t = ones({2}, kFloat32).npu();
+    if (ctx.rank == 0) {
+      require_error([&] { all_reduce(t); }, "collective mismatch in all_reduce");
+    } else {
+      require_error([&] { barrier(); }, "collective mismatch in barrier");
+    }
+  });
 }
 
 TEST(CollectiveErrorsTest, DifferentSplitSizesAreAMismatchNamingBoth) {
@@ -798,25 +779,17 @@ TEST(CollectiveErrorsTest, LateRankIsNamedAfterTheTimeout) {
 }
 
 TEST(CollectiveErrorsTest, MissingRankAtInitIsNamed) {
-  for (int world : {2, 3, 4, 8}) {
-    const std::string job = testing::unique_job_id();
-    auto results = testing::run_ranks(
-        world,
-        [](const testing::RankContext& ctx) {
-          if (ctx.rank == 1) return;  // never joins
-          try {
-            ctx.init(/*timeout_ms=*/500);
-          } catch (const TimeoutError& error) {
-            const std::string text = error.what();
-            require(text.find("waiting for rank 1 to join") != std::string::npos, text);
-            return;
-          }
-          throw testing::RequirementFailed("init succeeded without rank 1");
-        },
-        std::chrono::seconds(60), job);
-    EXPECT_TRUE(testing::all_ranks_succeeded(results)) << world << " ranks";
-    EXPECT_TRUE(testing::no_segments_left(job));
-  }
+  run_at_every_rank_count([](const testing::RankContext& ctx) {
+    if (ctx.rank == 1) return;  // never joins
+    try {
+      ctx.init(/*timeout_ms=*/500);
+    } catch (const TimeoutError& error) {
+      const std::string text = error.what();
+      require(text.find("waiting for rank 1 to join") != std::string::npos, text);
+      return;
+    }
+    throw testing::RequirementFailed("init succeeded without rank 1");
+  });
 }
 
 // A group shut down (ProcessGroup::shutdown, or destroy_process_group while the caller still
@@ -878,39 +851,31 @@ TEST(CollectiveErrorsTest, ShutDownGroupsRunNoMoreCollectives) {
 // destroy_process_group(group), as torch's: that group only; the default group (or nullptr)
 // destroys every group; a non-member's group is left alone.
 TEST(CollectiveErrorsTest, DestroyingOneGroupLeavesTheOthers) {
-  for (int world : {2, 3, 4, 8}) {
-    const std::string job = testing::unique_job_id();
-    auto results = testing::run_ranks(
-        world,
-        [](const testing::RankContext& ctx) {
-          npu::set_device(ctx.rank);
-          ctx.init();
-          ProcessGroupPtr pair = new_group({0, 1});
-          ProcessGroupPtr rest = new_group(std::vector<int>{ctx.world - 1});
-          Tensor t = ones({4}, kFloat32).npu();
-          if (pair->is_member()) {
-            all_reduce(t, ReduceOp::SUM, pair);
-            const std::string name = pair->comm_name();
-            destroy_process_group(pair);
-            require_error([&] { all_reduce(t, ReduceOp::SUM, pair); }, "was shut down");
-            require_error([&] { group_from_comm_name(name); }, "unknown communicator name");
-          } else {
-            destroy_process_group(pair);  // not a member: nothing happens
-          }
-          if (rest->is_member()) all_reduce(t, ReduceOp::SUM, rest);  // the others live on
-          Tensor u = ones({4}, kFloat32).npu();
-          all_reduce(u);
-          require(u.cpu().to_vector<float>()[0] == static_cast<float>(ctx.world), "the world's");
-          destroy_process_group(default_group());  // every group
-          require(!is_initialized(), "the default group survived");
-          if (rest->is_member()) {
-            require_error([&] { all_reduce(u, ReduceOp::SUM, rest); }, "was shut down");
-          }
-        },
-        std::chrono::seconds(60), job);
-    EXPECT_TRUE(testing::all_ranks_succeeded(results)) << world << " ranks";
-    EXPECT_TRUE(testing::no_segments_left(job));
-  }
+  run_at_every_rank_count([](const testing::RankContext& ctx) {
+    npu::set_device(ctx.rank);
+    ctx.init();
+    ProcessGroupPtr pair = new_group({0, 1});
+    ProcessGroupPtr rest = new_group(std::vector<int>{ctx.world - 1});
+    Tensor t = ones({4}, kFloat32).npu();
+    if (pair->is_member()) {
+      all_reduce(t, ReduceOp::SUM, pair);
+      const std::string name = pair->comm_name();
+      destroy_process_group(pair);
+      require_error([&] { all_reduce(t, ReduceOp::SUM, pair); }, "was shut down");
+      require_error([&] { group_from_comm_name(name); }, "unknown communicator name");
+    } else {
+      destroy_process_group(pair);  // not a member: nothing happens
+    }
+    if (rest->is_member()) all_reduce(t, ReduceOp::SUM, rest);  // the others live on
+    Tensor u = ones({4}, kFloat32).npu();
+    all_reduce(u);
+    require(u.cpu().to_vector<float>()[0] == static_cast<float>(ctx.world), "the world's");
+    destroy_process_group(default_group());  // every group
+    require(!is_initialized(), "the default group survived");
+    if (rest->is_member()) {
+      require_error([&] { all_reduce(u, ReduceOp::SUM, rest); }, "was shut down");
+    }
+  });
 }
 
 TEST(CollectiveErrorsTest, AbortFailsPendingWorkOnEveryRank) {
