@@ -11,8 +11,9 @@ namespace shmccl {
 // Reductions of torch.distributed.ReduceOp. For bool tensors SUM is logical or and PRODUCT
 // logical and (as c10d maps them); AVG on integers truncates toward zero, and on bool is an
 // InvalidArgument ("Cannot use ReduceOp.AVG with boolean inputs", as torch). float16 and
-// bfloat16 accumulate in float32.
-enum class ReduceOp { SUM, PRODUCT, MIN, MAX, AVG };
+// bfloat16 accumulate in float32. The values are c10d's RedOpType's, so an integer from torch
+// (a config, a binding) converts as it is.
+enum class ReduceOp { SUM = 0, AVG = 1, PRODUCT = 2, MIN = 3, MAX = 4 };
 
 const char* reduce_op_name(ReduceOp op) noexcept;  // "sum", "product", "min", "max", "avg"
 

@@ -58,7 +58,7 @@ void check_defined(const Tensor& tensor, const char* op, const char* what) {
 // in the reduction kernel once every rank has arrived. Then torch's check and text: the average
 // of booleans is no boolean.
 void check_reduce_op(const OpPlan& plan) {
-  SHMCCL_CHECK_ARG(static_cast<unsigned>(plan.reduce_op) <= static_cast<unsigned>(ReduceOp::AVG),
+  SHMCCL_CHECK_ARG(static_cast<unsigned>(plan.reduce_op) <= static_cast<unsigned>(ReduceOp::MAX),
                    plan.name, ": invalid reduce op ", static_cast<int>(plan.reduce_op),
                    " (ReduceOp is SUM, PRODUCT, MIN, MAX or AVG)");
   SHMCCL_CHECK_ARG(!(plan.reduce_op == ReduceOp::AVG && plan.dtype == kBool), plan.name,

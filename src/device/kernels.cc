@@ -180,7 +180,7 @@ void reduce(ReduceOp op, ScalarType type, void* dst, const void* const* srcs, in
             size_t count) {
   check_type(type);
   SHMCCL_CHECK_ARG(num_srcs >= 1, "reduce needs at least 1 source, got ", num_srcs);
-  SHMCCL_CHECK_ARG(op >= ReduceOp::SUM && op <= ReduceOp::AVG, "invalid reduce op ",
+  SHMCCL_CHECK_ARG(op >= ReduceOp::SUM && op <= ReduceOp::MAX, "invalid reduce op ",
                    static_cast<int>(op));
   if (count == 0) return;
   if (num_srcs == 1 && type != ScalarType::Bool) {  // every op of one value is that value

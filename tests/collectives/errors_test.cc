@@ -121,6 +121,10 @@ TEST(CollectiveErrorsTest, ArgumentErrorsHaveTheReferenceTextsAndLeaveTheGroupUs
         Tensor values = ones({4}, kInt32).npu();
         require_error([&] { all_reduce(values, static_cast<ReduceOp>(9)); },
                       "all_reduce: invalid reduce op 9");
+        // c10d's BAND (5), the first of its ops that shmccl does not have.
+        require_error(
+            [&] { all_reduce(values, static_cast<ReduceOp>(5)); },
+            "all_reduce: invalid reduce op 5 (ReduceOp is SUM, PRODUCT, MIN, MAX or AVG)");
         require_error(
             [&] {
               Tensor half = zeros({2}, kInt32).npu();

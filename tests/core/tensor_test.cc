@@ -238,5 +238,15 @@ TEST(TensorTest, NonBlockingCopiesRunInStreamOrder) {
   EXPECT_TRUE(equal(back, arange(100000, kFloat32) + arange(100000, kFloat32)));
 }
 
+// c10d's RedOpType numbers (SUM 0, AVG 1, PRODUCT 2, MIN 3, MAX 4): an integer from torch
+// converts to the same reduction.
+TEST(ReduceOpTest, ValuesAreC10dsAndNamesFollow) {
+  const std::pair<int, const char*> c10d[] = {
+      {0, "sum"}, {1, "avg"}, {2, "product"}, {3, "min"}, {4, "max"}};
+  for (const auto& [value, name] : c10d)
+    EXPECT_STREQ(reduce_op_name(static_cast<ReduceOp>(value)), name) << value;
+  EXPECT_STREQ(reduce_op_name(static_cast<ReduceOp>(5)), "invalid");  // c10d's BAND: not ours
+}
+
 }  // namespace
 }  // namespace shmccl
