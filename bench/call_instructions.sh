@@ -18,7 +18,7 @@ instructions() {  # op calls
 }
 few=1000
 many=3000
-for op in broadcast all_reduce all_gather reduce_scatter; do
+for op in broadcast all_reduce all_gather reduce_scatter barrier; do
   a=$(instructions "$op" $few)
   b=$(instructions "$op" $many)
   printf '%-15s %5d instructions per call\n' "$op" $(((b - a) / (many - few)))

@@ -9,8 +9,8 @@
 // alike: a shared library that calls its own functions through its PLT did not).
 //
 // `--loop=OP:N` instead makes exactly N calls of OP (broadcast, all_reduce, all_gather,
-// reduce_scatter) and exits: bench/call_instructions.sh counts the instructions of a call with it
-// under callgrind, a figure that does not move with the VM's modes as times do.
+// reduce_scatter, barrier) and exits: bench/call_instructions.sh counts the instructions of a call
+// with it under callgrind, a figure that does not move with the VM's modes as times do.
 #include <benchmark/benchmark.h>
 #include <unistd.h>
 
@@ -97,6 +97,9 @@ bool loop(const std::string& op, long count) {
   } else if (op == "reduce_scatter") {
     for (long i = 0; i < count; ++i)
       shmccl::reduce_scatter_tensor_uneven(output, input, split_sizes);
+  } else if (op == "barrier") {
+    for (long i = 0; i < count; ++i)
+      shmccl::barrier();
   } else {
     return false;
   }
@@ -116,7 +119,7 @@ int main(int argc, char** argv) {
     if (!ran)
       std::fprintf(stderr,
                    "usage: %s --loop=OP:N (OP: broadcast, all_reduce, "
-                   "all_gather, reduce_scatter)\n",
+                   "all_gather, reduce_scatter, barrier)\n",
                    argv[0]);
     return ran ? 0 : 2;
   }
