@@ -76,10 +76,10 @@ int get_world_size(const ProcessGroupPtr& group = nullptr);
 // A sub-group of the default group's ranks (all ranks of the default group must call it, in the
 // same order, with the same list). As torch's new_group, the list is sorted: group rank i is the
 // i-th smallest default-group rank in it. timeout: the default group's when negative (torch
-// takes its backend's default instead: pass SHMCCL_TIMEOUT's value for that); 0 is refused. Ranks outside `ranks` get a group they are not a member of, as torch's
-// NON_GROUP_MEMBER (not nullptr, which means the default group): is_member() is false, rank()
-// and size() are -1 (torch's get_rank and get_world_size), and its collectives do nothing, with
-// a warning, and return a completed Work.
+// takes its backend's default instead: pass SHMCCL_TIMEOUT's value for that); 0 is refused. Ranks
+// outside `ranks` get a group they are not a member of, as torch's NON_GROUP_MEMBER (not nullptr,
+// which means the default group): is_member() is false, rank() and size() are -1 (torch's get_rank
+// and get_world_size), and its collectives do nothing, with a warning, and return a completed Work.
 ProcessGroupPtr new_group(const std::vector<int>& ranks,
                           std::chrono::milliseconds timeout = std::chrono::milliseconds{-1});
 // The group whose comm_name() is `name`; InvalidArgument when there is none.

@@ -40,9 +40,9 @@ class Work {
   // (>= 0; a negative one, kNoTimeout, is none; a huge one, milliseconds::max(), waits as long
   // as it takes), returns false if it has not finished by then (the collective goes on; its own
   // timeout and peer checks bound it once it started). Unlike c10d's Work::wait, which throws
-  // then: a caller that ignores the result must not read the outputs. Without one, a collective that has not
-  // started yet runs on the calling thread (it is next in its stream's order): waiting at once
-  // costs what a synchronous call does, not two thread hand-offs.
+  // then: a caller that ignores the result must not read the outputs. Without one, a collective
+  // that has not started yet runs on the calling thread (it is next in its stream's order): waiting
+  // at once costs what a synchronous call does, not two thread hand-offs.
   bool wait(std::chrono::milliseconds timeout = kNoTimeout);
   // Orders the calling thread's current NPU stream after the collective (no host block): work
   // queued there afterwards starts once the collective is done. Errors surface at that stream's
