@@ -204,13 +204,18 @@ TEST(CollectiveErrorsTest, PartlyOverlappingTensorsAndTwoDevicesAreRefused) {
                   str("all_gather: output ", std::min(ctx.rank, next), " and output ",
                       std::max(ctx.rank, next), " overlap (bytes [0, ", n * 4, ") and [0, ", n * 4,
                       ") of one storage)"));
+    // n rows of r + base for every rank r: what an all-gather of ranks filled so gives.
+    auto rows_of_every_rank = [&](int base) {
+      std::vector<float> rows;
+      for (int r = 0; r < ctx.world; ++r)
+        rows.insert(rows.end(), static_cast<size_t>(n), static_cast<float>(r + base));
+      return rows;
+    };
     // Views of one buffer that do not overlap are fine.
     own.fill_(ctx.rank + 10);
     all_gather(outputs, own);
-    std::vector<float> gathered;
-    for (int r = 0; r < ctx.world; ++r)
-      gathered.insert(gathered.end(), static_cast<size_t>(n), static_cast<float>(r + 10));
-    require(output.cpu().to_vector<float>() == gathered, "all_gather into views of one buffer");
+    require(output.cpu().to_vector<float>() == rows_of_every_rank(10),
+            "all_gather into views of one buffer");
     // Split sizes whose sum overflows.
     const int64_t huge = std::numeric_limits<int64_t>::max();
     std::vector<int64_t> splits(static_cast<size_t>(ctx.world), huge);
@@ -225,10 +230,7 @@ TEST(CollectiveErrorsTest, PartlyOverlappingTensorsAndTwoDevicesAreRefused) {
     Tensor mine = output.narrow(0, ctx.rank * n, n);
     mine.fill_(ctx.rank + 1);
     all_gather_into_tensor(output, mine);
-    std::vector<float> expected;
-    for (int r = 0; r < ctx.world; ++r)
-      expected.insert(expected.end(), static_cast<size_t>(n), static_cast<float>(r + 1));
-    require(output.cpu().to_vector<float>() == expected, "in-place all_gather");
+    require(output.cpu().to_vector<float>() == rows_of_every_rank(1), "in-place all_gather");
     destroy_process_group();
   });
 }

@@ -322,6 +322,31 @@ TEST(Failure, CtrlCIsAnInterruptNotARankFailure) {
   }
 }
 
+// Two ranks that ignore the stop signals; once both are ready, shmrun (started with `options`
+// and `env`) gets `signal`. It must SIGKILL them after `grace` from the signal: not sooner, and
+// not after the 5 s default (nor a unit off). Nothing is left behind.
+void expect_killed_after_grace(std::vector<std::string> options,
+                               const std::vector<std::string>& env, int signal,
+                               std::chrono::milliseconds grace) {
+  for (const char* arg : {"-v", "--nproc-per-node", "2"})
+    options.emplace_back(arg);
+  options.push_back(kWorker);
+  options.emplace_back("ignore-stop");
+  Shmrun shmrun(options, env);
+  ASSERT_TRUE(
+      shmrun.read_until([](const std::string& out) { return Shmrun::has_ready_lines(out, 2); }));
+  const auto start = std::chrono::steady_clock::now();
+  shmrun.send(signal);
+  const RunResult result = shmrun.wait();
+  EXPECT_EQ(result.exit_code, 128 + signal) << result.err;
+  EXPECT_GE(std::chrono::steady_clock::now() - start, grace);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(2500));
+  EXPECT_NE(result.err.find("grace period over: SIGKILL to 2 ranks"), std::string::npos)
+      << result.err;
+  expect_ranks_gone(result.err, 2);
+  expect_shm_clean(namespaces(result.err));
+}
+
 // torchrun's TORCH_ELASTIC_SHUTDOWN_TIMEOUT sets the grace period when no option does.
 TEST(Failure, TheShutdownTimeoutOfTheEnvironmentIsTheDefaultGracePeriod) {
   for (const auto& [args, expected] :
@@ -337,20 +362,9 @@ TEST(Failure, TheShutdownTimeoutOfTheEnvironmentIsTheDefaultGracePeriod) {
     EXPECT_EQ(result.exit_code, 3) << result.err;
     EXPECT_NE(result.err.find(expected), std::string::npos) << result.err;
   }
-  // The grace period it sets is the one kept: ranks that ignore the stop die after 250 ms, not
-  // after the 5 s default.
-  Shmrun shmrun({"-v", "--nproc-per-node", "2", kWorker, "ignore-stop"},
-                {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT=250ms"});
-  ASSERT_TRUE(
-      shmrun.read_until([](const std::string& out) { return Shmrun::has_ready_lines(out, 2); }));
-  const auto start = std::chrono::steady_clock::now();
-  shmrun.send(SIGTERM);
-  const RunResult ignored = shmrun.wait();
-  EXPECT_EQ(ignored.exit_code, 143) << ignored.err;
-  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(250));
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(2500));
-  EXPECT_NE(ignored.err.find("grace period over: SIGKILL to 2 ranks"), std::string::npos)
-      << ignored.err;
+  // The grace period it sets is the one kept: ranks that ignore the stop die after 250 ms.
+  expect_killed_after_grace({}, {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT=250ms"}, SIGTERM,
+                            std::chrono::milliseconds(250));
   const RunResult bad =
       run_shmrun({kWorker, "exit", "0", "0"}, {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT=soon"});
   EXPECT_EQ(bad.exit_code, 2) << bad.err;
@@ -360,20 +374,8 @@ TEST(Failure, TheShutdownTimeoutOfTheEnvironmentIsTheDefaultGracePeriod) {
 }
 
 TEST(Failure, ARankIgnoringTheStopSignalIsKilledAfterTheGracePeriod) {
-  Shmrun shmrun({"-v", "--grace-period", "300ms", "--nproc-per-node", "2", kWorker, "ignore-stop"});
-  ASSERT_TRUE(
-      shmrun.read_until([](const std::string& out) { return Shmrun::has_ready_lines(out, 2); }));
-  const auto start = std::chrono::steady_clock::now();  // the grace period runs from the signal
-  shmrun.send(SIGINT);
-  const RunResult result = shmrun.wait();
-  EXPECT_EQ(result.exit_code, 130) << result.err;
-  // The option's 300 ms, not the 5 s default (nor a unit off).
-  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(300));
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(2500));
-  EXPECT_NE(result.err.find("grace period over: SIGKILL to 2 ranks"), std::string::npos)
-      << result.err;
-  expect_ranks_gone(result.err, 2);
-  expect_shm_clean(namespaces(result.err));
+  expect_killed_after_grace({"--grace-period", "300ms"}, {}, SIGINT,
+                            std::chrono::milliseconds(300));
 }
 
 // After a failure shmrun waits for the ranks' flight recorders (SHMCCL_TRACE_WAIT, 60 s here,
