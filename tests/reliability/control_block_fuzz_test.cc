@@ -6,8 +6,8 @@
 // fingerprints, buffer descriptors: pids, tokens, offsets, sizes, the work-pool counters). A call
 // may fail with a shmccl::Error (or even return wrong data: small payloads travel through the
 // block); it must never read or write out of bounds, crash or hang. Each round's new group first
-// runs verified calls, so a group after a fuzzed one must compute right. Run it under ASan (the CI's
-// sanitizer build does). SHMCCL_FUZZ_ROUNDS (default 6) and SHMCCL_FUZZ_SEED (default 1).
+// runs verified calls, so a group after a fuzzed one must compute right. Run it under ASan (the
+// CI's sanitizer build does). SHMCCL_FUZZ_ROUNDS (default 6) and SHMCCL_FUZZ_SEED (default 1).
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 
