@@ -78,7 +78,8 @@ void run_chunk(const ExecContext& context, uint64_t chunk) {
     const int destination = (source + step) % context.size;
     char* to;
     if (plan.kind == transport::OpKind::kAllGatherList) {
-      to = context.transport.resolve(context.descriptors[destination]->outputs[source], bytes) +
+      to = context.transport.resolve(context.descriptors[destination]->outputs[source], bytes,
+                                     element_size(plan.dtype)) +
            offset;
     } else {
       to = context.outputs[destination] + row_offset + offset;

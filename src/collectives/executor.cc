@@ -191,6 +191,7 @@ void resolve_buffers(ExecContext& context) {
   const OpPlan& plan = context.plan;
   const uint64_t total_bytes =
       static_cast<uint64_t>(plan.rows_before(context.size) * plan.row_bytes());
+  const uint64_t alignment = element_size(plan.dtype);
   for (int r = 0; r < context.size; ++r) {
     const OpDescriptor& descriptor = *context.descriptors[r];
     uint64_t input_bytes = 0;
@@ -215,8 +216,8 @@ void resolve_buffers(ExecContext& context) {
       case OpKind::kNone:
         break;
     }
-    context.inputs[r] = context.transport.resolve(descriptor.input, input_bytes);
-    context.outputs[r] = context.transport.resolve(descriptor.output, output_bytes);
+    context.inputs[r] = context.transport.resolve(descriptor.input, input_bytes, alignment);
+    context.outputs[r] = context.transport.resolve(descriptor.output, output_bytes, alignment);
   }
 }
 

@@ -168,7 +168,8 @@ char* Pipeline::destination(int source_rank) const {
 void Pipeline::resolve_source(int rank, bool staged) {
   staged_[rank] = staged;
   const uint64_t bytes = staged ? kStagingDepth * g_.window : g_.source_bytes[rank];
-  sources_[rank] = transport_.resolve(context_.descriptors[rank]->input, bytes);
+  sources_[rank] =
+      transport_.resolve(context_.descriptors[rank]->input, bytes, element_size(plan_.dtype));
 }
 
 void Pipeline::stage(uint64_t window) {

@@ -51,7 +51,8 @@ void pull_from_root(const ExecContext& context, int fault_rank) {
   const uint64_t bytes = plan.input_bytes();
   try {
     // The size comes from the (agreed) plan; resolve() checks it against the root's arena.
-    const char* source = context.transport.resolve(context.descriptors[plan.root]->input, bytes);
+    const char* source = context.transport.resolve(context.descriptors[plan.root]->input, bytes,
+                                                   element_size(plan.dtype));
     char* destination = static_cast<char*>(plan.output().data_ptr());
     for (uint64_t offset = 0; offset < bytes; offset += context.chunk_bytes) {
       context.copy(destination + offset, source + offset,

@@ -475,7 +475,8 @@ void GroupTransport::sleep_until(bool (*ready)(void*), void* context, Clock::tim
   }
 }
 
-char* GroupTransport::resolve(const BufferRef& shared_ref, uint64_t bytes) const {
+char* GroupTransport::resolve(const BufferRef& shared_ref, uint64_t bytes,
+                              uint64_t alignment) const {
   if (bytes == 0) return nullptr;
   // One copy, then only the copy is used: a corrupt or hostile peer may change the descriptor
   // while we look at it, so a check and the use must read the same values.
@@ -501,6 +502,11 @@ char* GroupTransport::resolve(const BufferRef& shared_ref, uint64_t bytes) const
                                       " bytes were needed"));
   };
   if (out_of_bounds(handle.capacity)) throw bounds_error(handle.capacity);
+  if (alignment > 1 && ref.offset % alignment != 0) {
+    throw RemoteError(detail::concat(
+        "rank ", owner, " (pid ", handle.pid, ") described a buffer at offset ", ref.offset,
+        ", not a multiple of the element size (", alignment, " bytes); corrupt control block?"));
+  }
   if (handle.pid == ::shmccl::detail::current_pid()) {
     device::Arena* own = device::existing_arena(handle.device);
     if (own == nullptr || own->handle().token != handle.token) {

@@ -162,10 +162,11 @@ class GroupTransport {
   void check_healthy() const;
   bool healthy() const;
 
-  // The address of `ref`'s first byte in this process; checks that `bytes` fit in its arena.
-  // Maps a peer's arena on first use (and keeps it mapped while this group, or another group of
-  // this process that mapped it, lives).
-  char* resolve(const BufferRef& ref, uint64_t bytes) const;
+  // The address of `ref`'s first byte in this process; checks that `bytes` fit in its arena and
+  // that the offset is a multiple of `alignment` (the element size: kernels load whole elements,
+  // and every tensor a rank describes starts on one). Maps a peer's arena on first use (and keeps
+  // it mapped while this group, or another group of this process that mapped it, lives).
+  char* resolve(const BufferRef& ref, uint64_t bytes, uint64_t alignment) const;
   // Peer buffers from this size up get this process's page tables filled when resolved.
   static constexpr uint64_t kPopulateBytes = 64 * 1024;
   // ... and, when the group is oversubscribed, touched whole up to this size: its ranks take

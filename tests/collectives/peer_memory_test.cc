@@ -8,13 +8,19 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "collectives/group_state.h"
 #include "core/config.h"
+#include "device/arena.h"
+#include "device/device_context.h"
 #include "multiprocess.h"
+#include "transport/control_block.h"
+#include "transport/group_transport.h"
 
 namespace shmccl {
 namespace {
@@ -85,6 +91,63 @@ TEST(PeerMemory, ARankThatOutlivesItsPeersKeepsNoneOfTheirMemory) {
       require(arena_mappings(1) == 0,
               str("after job ", job, ": ", arena_mappings(1), " mappings of workers' arenas"));
     }
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+}
+
+// A peer's buffer descriptor comes from shared memory every rank can write: resolve() maps it
+// only when it names a member, fits in the member's arena and starts on an element (a reduce
+// kernel loads whole elements; a corrupt offset must be an error, not a misaligned load).
+TEST(PeerMemory, ResolveMapsAPeersBufferOnlyWhenItsDescriptorHolds) {
+  auto results = testing::run_ranks(2, [](const testing::RankContext& ctx) {
+    npu::set_device(ctx.rank);
+    ctx.init();
+    Tensor mine = full({1000}, 10 + ctx.rank, kInt64).npu();
+    device::Arena& arena = device::arena(ctx.rank);
+    transport::BufferRef own;
+    own.arena = arena.handle();
+    own.offset = static_cast<uint64_t>(static_cast<char*>(mine.data_ptr()) - arena.base());
+    own.bytes = mine.nbytes();
+    // Every rank learns every rank's descriptor through a collective.
+    Tensor refs = zeros({2 * static_cast<int64_t>(sizeof(own))}, kUInt8);
+    Tensor packed = from_blob_copy(&own, {static_cast<int64_t>(sizeof(own))}, kUInt8);
+    all_gather_into_tensor(refs, packed);
+    transport::BufferRef peer;
+    std::memcpy(&peer, static_cast<char*>(refs.data_ptr()) + (1 - ctx.rank) * sizeof(peer),
+                sizeof(peer));
+    const transport::GroupTransport& transport = default_group()->state().transport();
+
+    const auto* values = reinterpret_cast<const int64_t*>(transport.resolve(peer, 8000, 8));
+    require(values[0] == 11 - ctx.rank && values[999] == 11 - ctx.rank,
+            str("the peer's tensor reads ", values[0], ", ", values[999]));
+    auto refused = [&](transport::BufferRef ref, uint64_t bytes, const std::string& text) {
+      try {
+        transport.resolve(ref, bytes, 8);
+      } catch (const RemoteError& error) {
+        require(std::string(error.what()).find(text) != std::string::npos, error.what());
+        return;
+      }
+      require(false, str("resolve() accepted a descriptor that should fail with: ", text));
+    };
+    for (const transport::BufferRef& base : {own, peer}) {
+      const int owner = base.arena.pid == own.arena.pid ? ctx.rank : 1 - ctx.rank;
+      transport::BufferRef misaligned = base;
+      misaligned.offset += 3;
+      misaligned.bytes -= 8;
+      refused(misaligned, 7992,
+              str("rank ", owner, " (pid ", base.arena.pid, ") described a buffer at offset ",
+                  misaligned.offset, ", not a multiple of the element size (8 bytes)"));
+      refused(base, 8008,
+              str("rank ", owner, " (pid ", base.arena.pid, ") described a buffer of 8000 bytes"));
+      transport::BufferRef beyond = base;
+      beyond.offset = base.arena.capacity - 8;
+      refused(beyond, 8000, "bytes were needed");
+      transport::BufferRef stranger = base;
+      stranger.arena.pid = 1;
+      refused(stranger, 8000, "names process 1, which is not a member of this group");
+    }
+    barrier();  // a rank maps its peer's arena from the live peer: both stay until both are done
+    destroy_process_group();
   });
   EXPECT_TRUE(testing::all_ranks_succeeded(results));
 }
