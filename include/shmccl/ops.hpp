@@ -5,8 +5,11 @@
 // npu_grouped_mat_mul_all_reduce: each rank holds a column shard of every x_i and the matching
 // row shard of every weight_i; every rank ends with
 //   y_i = sum over ranks (x_i,r @ weight_i,r) + bias_i      (bias counted once in total).
-// The GEMMs run on oneDNN with float32 accumulation; the partial products are summed across the
-// group in float32 while the GEMMs of later groups still run, then rounded once to x's dtype.
+// The GEMMs run on oneDNN with float32 accumulation; each rank's partial result (with the bias on
+// the group's rank 0) is rounded to x's dtype, then one all-reduce in that dtype sums the partials
+// in float32 and rounds again: the numerics of npu_grouped_matmul followed by all_reduce. The
+// all-reduce overlaps later GEMMs only in rounds (comm_turn > 0, or comm_turn 0 when every rank
+// has a CPU to spare); docs/ops.md says how.
 //
 // split_item (as the reference operator):
 //   0: x, weight and y are lists of group_num tensors; group_list empty.

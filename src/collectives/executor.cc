@@ -341,7 +341,11 @@ void run_pool(detail::GroupState& state, ExecContext& context, const Algorithm& 
 
 }  // namespace
 
-std::string describe(const OpDescriptor& descriptor) {
+std::string describe(const OpDescriptor& shared_descriptor) {
+  // One copy, then only the copy: a peer's descriptor lives in shared memory, and num_splits must
+  // not change between its clamp and the loop that reads that many splits.
+  OpDescriptor descriptor;
+  std::memcpy(&descriptor, &shared_descriptor, sizeof(descriptor));
   std::ostringstream out;
   const auto dtype = static_cast<ScalarType>(descriptor.dtype);
   out << kind_name(descriptor.kind) << (descriptor.uneven_name != 0 ? "_uneven" : "")

@@ -49,6 +49,9 @@ static_assert(Arena::kHeaderBytes % Arena::kHugePageBytes == 0 &&
               Arena::kSegmentGranularity % Arena::kHugePageBytes == 0);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 
+// The arena's size is fixed for its life: the owner seals it, and a mapper requires the seals.
+constexpr int kArenaSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+
 // MADV_COLLAPSE (Linux 6.1), which glibc's <sys/mman.h> before 2.37 does not name.
 constexpr int kMadviseCollapse = 25;
 
@@ -163,10 +166,15 @@ Arena::Arena(int device, uint64_t capacity, bool huge_pages)
   const uint64_t file_bytes = kHeaderBytes + capacity_;
   const std::string name = concat("shmccl-npu", device);
 
-  FileDescriptor fd(
-      SHMCCL_SYSCALL(::memfd_create(name.c_str(), MFD_CLOEXEC), "memfd_create(", name, ")"));
+  FileDescriptor fd(SHMCCL_SYSCALL(::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING),
+                                   "memfd_create(", name, ")"));
   SHMCCL_SYSCALL(::ftruncate(fd.get(), static_cast<off_t>(file_bytes)), "ftruncate(memfd ", name,
                  ", ", file_bytes, " bytes)");
+  // Every peer that maps the arena holds its fd read-write: sealed, none can shrink it under the
+  // others' mappings (a SIGBUS in every process that touches the lost pages). Hole punching, which
+  // decommits freed segments, stays allowed.
+  SHMCCL_SYSCALL(::fcntl(fd.get(), F_ADD_SEALS, kArenaSeals), "fcntl(memfd ", name,
+                 ", F_ADD_SEALS)");
   // Commit the header page so that writing it cannot fault on a full machine.
   if (int error = fallocate_retrying(fd.get(), 0, 0, kHeaderPageBytes); error != 0) {
     detail::throw_system_error(concat("fallocate(memfd ", name, ", header page)"), error);
@@ -361,6 +369,11 @@ std::shared_ptr<ArenaMapping> ArenaMapping::open(const ArenaHandle& handle) {
     throw RemoteError(concat(peer, arena, ": fd is not the arena: size ", status.st_size,
                              " bytes, expected ", file_bytes, " (header page + capacity ",
                              handle.capacity, ")"));
+  }
+  // Sealed, its size cannot change after this check (Arena's constructor seals it).
+  const int seals = ::fcntl(fd.get(), F_GET_SEALS);
+  if (seals < 0 || (seals & kArenaSeals) != kArenaSeals) {
+    throw RemoteError(concat(peer, arena, ": fd is not the arena: not sealed against resizing"));
   }
   UniqueMapping mapping = map_shared(fd.get(), file_bytes, concat(peer, arena));
 

@@ -15,7 +15,12 @@ constexpr size_t kMaxRead = 1 << 20;
 
 std::optional<long> to_timestamp(const json::Value* value) {
   if (value == nullptr) return std::nullopt;
-  if (value->kind == json::Value::Kind::kNumber) return static_cast<long>(value->number);
+  if (value->kind == json::Value::Kind::kNumber) {
+    // A rank writes this file; a value outside long's range (or NaN) is no time, not a cast's UB.
+    const double number = value->number;
+    if (!(number >= -0x1p63 && number < 0x1p63)) return std::nullopt;
+    return static_cast<long>(number);
+  }
   if (value->is_string()) {
     char* end = nullptr;
     const long seconds = std::strtol(value->string.c_str(), &end, 10);

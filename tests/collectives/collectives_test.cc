@@ -137,8 +137,9 @@ TEST_P(CollectivesTest, AllReduceBroadcastBarrier) {
     ctx.init();
     int salt = 0;
     for (int64_t numel : {1, 37, 20000}) {
-      for (ScalarType dtype : {kInt32, kFloat32, kBFloat16, kFloat16, kInt64, kUInt8}) {
+      for (ScalarType dtype : kAllTypes) {
         for (ReduceOp op : kAllOps) {
+          if (dtype == kBool && op == ReduceOp::AVG) continue;  // refused, as torch refuses it
           ++salt;
           const bool on_npu = salt % 2 == 1;
           Tensor tensor = make_input(op, dtype, ctx.rank, {numel}, salt).to(place(on_npu));
@@ -251,10 +252,70 @@ TEST_P(CollectivesTest, EvenFormsConcatStackAndList) {
       for (int r = 0; r < n; ++r)
         require_close(outputs[r], full({r + 1, 2}, r, kFloat32), "list");
 
-      Tensor reduce_input = ones({n * rows, 3}, kFloat32).npu();
-      Tensor reduce_output = zeros({rows, 3}, kFloat32).npu();
-      reduce_scatter_tensor(reduce_output, reduce_input);
-      require_close(reduce_output, full({rows, 3}, n, kFloat32), "reduce_scatter_tensor");
+      // Every element of every rank's input differs, so rows taken from the wrong rank's chunk
+      // or in the wrong order differ from the reference.
+      for (bool in_place : {false, true}) {
+        const int salt = static_cast<int>(rows) + in_place;
+        Tensor reduce_input =
+            make_input(ReduceOp::SUM, kFloat32, ctx.rank, {n * rows, 3}, salt).to(place(rows == 2));
+        Tensor reduce_output = in_place ? reduce_input.narrow(0, ctx.rank * rows, rows)
+                                        : zeros({rows, 3}, kFloat32, place(rows != 2));
+        reduce_scatter_tensor(reduce_output, reduce_input);
+        std::vector<double> expected;
+        for (int64_t e = ctx.rank * rows * 3; e < (ctx.rank + 1) * rows * 3; ++e) {
+          std::vector<double> values;
+          for (int r = 0; r < n; ++r)
+            values.push_back(testing::input_value(ReduceOp::SUM, kFloat32, r, e, salt));
+          expected.push_back(testing::reduce_values(ReduceOp::SUM, kFloat32, values));
+        }
+        require_close(reduce_output, from_vector<double>(expected, {rows, 3}).to(kFloat32),
+                      str("reduce_scatter_tensor", in_place ? " in place" : ""));
+      }
+    }
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+}
+
+// float16 and bfloat16 reduce in float32 and round once. Rank 0 holds a value whose spacing in the
+// type is 2 (2048 in float16, 256 in bfloat16) and every other rank 1: a sum rounded rank by rank
+// stays at rank 0's value (each +1 is a tie that rounds to even), the float32 sum is exact and
+// rounds once. From 3 ranks up the two differ. Inline and work pool, NPU and host tensors.
+TEST_P(CollectivesTest, HalfPrecisionReducesInFloat32AndRoundsOnce) {
+  const int world = GetParam();
+  auto results = testing::run_ranks(world, [](const testing::RankContext& ctx) {
+    use_small_chunks();
+    npu::set_device(ctx.rank % npu::device_count());
+    ctx.init();
+    for (ScalarType dtype : {kFloat16, kBFloat16}) {
+      const double big = dtype == kFloat16 ? 2048 : 256;
+      const double mine = ctx.rank == 0 ? big : 1;
+      const double sum = big + (ctx.world - 1);
+      for (ReduceOp op : {ReduceOp::SUM, ReduceOp::AVG}) {
+        // The exact float32 result, rounded to the type once (its conversion is tested against
+        // an independent reference in core/half_test).
+        const double exact = op == ReduceOp::SUM ? sum : sum / ctx.world;
+        const double rounded = full({1}, exact, kFloat64).to(dtype).to(kFloat64).item<double>();
+        // Exactly: the two roundings differ by one or two units, inside require_close's 1e-2.
+        auto require_rounded_once = [&](const Tensor& result, const std::string& what) {
+          for (double value : result.cpu().to(kFloat64).to_vector<double>()) {
+            require(value == rounded,
+                    str(what, ": ", value, ", expected ", rounded, " (", exact, " rounded once)"));
+          }
+        };
+        for (int64_t numel : {int64_t{8}, int64_t{20000}}) {
+          for (bool on_npu : {true, false}) {
+            const std::string what =
+                str(dtype, " ", op, " numel ", numel, on_npu ? " npu" : " host");
+            Tensor tensor = full({numel}, mine, dtype, place(on_npu));
+            all_reduce(tensor, op);
+            require_rounded_once(tensor, "all_reduce " + what);
+            Tensor input = full({ctx.world * numel}, mine, dtype, place(on_npu));
+            Tensor output = zeros({numel}, dtype, place(on_npu));
+            reduce_scatter_tensor(output, input, op);
+            require_rounded_once(output, "reduce_scatter " + what);
+          }
+        }
+      }
     }
   });
   EXPECT_TRUE(testing::all_ranks_succeeded(results));
@@ -306,10 +367,24 @@ TEST_P(CollectivesTest, ManyAsyncInFlightCompleteInOrder) {
       tensors.push_back(full({(i % 4) * 3000 + 1}, i + ctx.rank, kFloat32).npu());
       works.push_back(all_reduce(tensors.back(), ReduceOp::SUM, nullptr, /*async_op=*/true));
     }
-    // Completion in order: when the last is done, every earlier one is too.
-    works.back()->wait();
+    // Completion in order: at any moment the completed works are a prefix. Read from the last to
+    // the first: a work seen completed was completed before every earlier one was read, and those
+    // must be complete by then.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    for (bool last_done = false; !last_done;) {
+      require(std::chrono::steady_clock::now() < deadline, "the works did not complete in 60 s");
+      int seen_completed = -1;
+      for (int i = kInFlight - 1; i >= 0; --i) {
+        const bool completed = works[i]->is_completed();
+        if (completed && seen_completed < 0) seen_completed = i;
+        require(completed || seen_completed < 0,
+                str("work ", seen_completed, " completed before work ", i));
+      }
+      last_done = seen_completed == kInFlight - 1;
+      std::this_thread::yield();
+    }
     for (int i = 0; i < kInFlight; ++i)
-      require(works[i]->is_completed(), str("work ", i));
+      require(works[i]->wait(std::chrono::milliseconds(0)), str("work ", i));
     for (int i = 0; i < kInFlight; ++i) {
       require(works[i]->is_success(), "success");
       const double expected = ctx.world * i + ctx.world * (ctx.world - 1) / 2.0;

@@ -108,6 +108,23 @@ TEST(CollectiveErrorsTest, ArgumentErrorsHaveTheReferenceTextsAndLeaveTheGroupUs
                 ? "reduce_scatter_tensor_uneven: rank 0's output has 2 rows but its split size is 3"
                 : "reduce_scatter_tensor_uneven: rank 1's output has 3 rows but its split size is "
                   "2");
+        // Every form checks the types itself (each calls the check on its own path).
+        const char* same_type = "output tensor must have the same type as input tensor";
+        Tensor float_rows = zeros({ctx.rank == 0 ? 2 : 3}, kFloat32).npu();
+        require_error(
+            [&] {
+              reduce_scatter_tensor_uneven(float_rows, rs_input, {2, 3});
+            },
+            same_type);
+        Tensor gathered = zeros({4}, kInt32).npu();
+        Tensor two_floats = zeros({2}, kFloat32).npu();
+        require_error([&] { all_gather_into_tensor(gathered, two_floats); }, same_type);
+        Tensor four_floats = zeros({4}, kFloat32).npu();
+        Tensor two_ints = zeros({2}, kInt32).npu();
+        require_error([&] { reduce_scatter_tensor(two_ints, four_floats); }, same_type);
+        std::vector<Tensor> float_outputs{zeros({2}, kFloat32), zeros({3}, kFloat32)};
+        require_error([&] { all_gather(float_outputs, input); }, same_type);
+
         Tensor undefined;
         require_error([&] { all_reduce(undefined); }, "undefined");
         Tensor b = zeros({2}).npu();

@@ -4,19 +4,23 @@
 // another thread makes an asynchronous one, timeouts too large for the clock, synchronize() when
 // the collective's device is not the current one, a synchronous call behind an asynchronous one
 // while the group's stream worker polls, and an asynchronous call that cannot be queued. Real
-// ranks, at several world sizes; a late rank is late by a sleep (its lateness is the point).
+// ranks, at several world sizes. A late rank calls once the others sleep in the call (the group's
+// sleeper count), so a wait that returned too early cannot pass for one that waited.
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #include <atomic>
 #include <chrono>
 #include <future>
 #include <thread>
 
+#include "collectives/group_state.h"
 #include "core/config.h"
 #include "device/device_context.h"
 #include "device/stream_impl.h"
 #include "multiprocess.h"
+#include "transport/group_transport.h"
 
 namespace shmccl {
 namespace {
@@ -24,10 +28,27 @@ namespace {
 using testing::require;
 using testing::str;
 using Clock = std::chrono::steady_clock;
-constexpr auto kLate = std::chrono::milliseconds(300);
 
 double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// Waits go to sleep at once: a rank asleep in a call is one that waits in it.
+void sleep_at_once() {
+  setenv("SHMCCL_SPIN_TIME", "0", 1);
+  setenv("SHMCCL_YIELD_TIME", "0", 1);
+  config::reload();
+}
+
+// The last rank is late: it calls once every other rank sleeps in a wait of the default group.
+void be_late_if_last(const testing::RankContext& ctx) {
+  if (ctx.rank != ctx.world - 1) return;
+  const transport::GroupTransport& transport = default_group()->state().transport();
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (transport.header().sleepers.load() < static_cast<uint32_t>(ctx.world - 1)) {
+    require(Clock::now() < deadline, "the other ranks never slept in the call");
+    std::this_thread::yield();
+  }
 }
 
 void run_at(std::initializer_list<int> worlds,
@@ -77,18 +98,19 @@ TEST(WorkTest, ASyncCallBehindStreamWorkAndAnotherThreadsAsyncCallBothComplete) 
 // returned false at once, and a group timeout that large failed its collective at once.
 TEST(WorkTest, HugeTimeoutsWaitAsLongAsItTakes) {
   run_at({2, 3}, [](const testing::RankContext& ctx) {
+    sleep_at_once();
     npu::set_device(ctx.rank % 8);
     ctx.init(60000);
     for (const std::chrono::milliseconds huge :
          {std::chrono::milliseconds::max(),
           std::chrono::milliseconds(std::chrono::hours(24 * 365 * 300))}) {
       Tensor t = full({16}, 1, kInt64).npu();
-      if (ctx.rank == ctx.world - 1) std::this_thread::sleep_for(kLate);
+      be_late_if_last(ctx);
       std::shared_ptr<Work> work = all_reduce(t, ReduceOp::SUM, nullptr, /*async_op=*/true);
       require(work->wait(huge) && work->is_completed(),
               str("wait(", huge.count(), " ms) returned before the collective completed"));
       default_group()->set_timeout(huge);
-      if (ctx.rank == ctx.world - 1) std::this_thread::sleep_for(kLate);
+      be_late_if_last(ctx);
       all_reduce(t);
       require(t.cpu().to_vector<int64_t>() == std::vector<int64_t>(16, ctx.world * ctx.world),
               str("the all_reduce with a group timeout of ", huge.count(), " ms"));
@@ -108,30 +130,98 @@ TEST(WorkTest, HugeTimeoutsWaitAsLongAsItTakes) {
 
 // A barrier has no tensors, yet comes after the work queued on the current stream of the current
 // device (as torch's, an all-reduce on that device): here a task that holds the stream until
-// another thread lets it go, 50 ms on. A barrier that ran at once (it used to) returns before.
+// another thread lets it go. That thread waits until every rank has made its barrier call, then
+// until this rank's barrier returns or 300 ms pass. A barrier that ran at once (it used to)
+// returns with the gate shut: every rank had called it, and nothing else held it back.
 TEST(WorkTest, ABarrierComesAfterTheCurrentStreamsWork) {
-  run_at({2, 3, 4, 8}, [](const testing::RankContext& ctx) {
-    npu::set_device(ctx.rank % npu::device_count());
-    ctx.init(60000);
-    barrier();
-    for (bool async_op : {false, true}) {
-      std::atomic<bool> released{false};
-      std::promise<void> gate;
-      std::shared_future<void> opened = gate.get_future().share();
-      device::current_stream_impl(-1).enqueue([opened] { opened.wait(); });
-      std::thread releaser([&] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the span checked
-        released = true;
-        gate.set_value();
-      });
-      std::shared_ptr<Work> work = barrier(nullptr, async_op);
-      work->wait();
-      const bool after = released.load();
-      releaser.join();
-      require(after, str(async_op ? "an asynchronous" : "a synchronous",
-                         " barrier finished before the work queued on the current stream"));
-    }
-  });
+  struct Calls {
+    std::atomic<int> made[2];
+  };
+  void* memory =
+      mmap(nullptr, sizeof(Calls), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(memory, MAP_FAILED);
+  for (int world : {2, 3, 4, 8}) {
+    auto* calls = new (memory) Calls{};
+    run_at({world}, [calls](const testing::RankContext& ctx) {
+      npu::set_device(ctx.rank % npu::device_count());
+      ctx.init(60000);
+      barrier();
+      for (bool async_op : {false, true}) {
+        std::atomic<int>& made = calls->made[async_op];
+        std::atomic<bool> released{false};
+        std::atomic<bool> returned{false};
+        std::promise<void> gate;
+        std::shared_future<void> opened = gate.get_future().share();
+        device::current_stream_impl(-1).enqueue([opened] { opened.wait(); });
+        std::thread releaser([&] {
+          auto deadline = Clock::now() + std::chrono::seconds(20);
+          while (made.load() < ctx.world && Clock::now() < deadline)
+            std::this_thread::yield();
+          deadline = Clock::now() + std::chrono::milliseconds(300);
+          while (!returned.load() && Clock::now() < deadline)
+            std::this_thread::yield();
+          released = true;
+          gate.set_value();
+        });
+        std::shared_ptr<Work> work;
+        if (async_op) {
+          work = barrier(nullptr, /*async_op=*/true);
+          made.fetch_add(1);
+        } else {
+          made.fetch_add(1);  // just before: the call blocks
+          work = barrier();
+        }
+        work->wait();
+        const bool after = released.load();
+        returned = true;
+        releaser.join();
+        require(after, str(async_op ? "an asynchronous" : "a synchronous",
+                           " barrier finished before the work queued on the current stream"));
+      }
+    });
+  }
+  munmap(memory, sizeof(Calls));
+}
+
+// wait(timeout) of a collective that cannot finish yet (the last rank has not called it) returns
+// false after the timeout, and the handle says pending: not completed, no success, no error. The
+// last rank calls once every other rank has seen that; then the same handle completes.
+TEST(WorkTest, WaitWithATimeoutReturnsFalseWhileTheCollectiveCannotFinish) {
+  std::atomic<int>* timed_out =
+      static_cast<std::atomic<int>*>(mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE,
+                                          MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(static_cast<void*>(timed_out), MAP_FAILED);
+  for (int world : {2, 3, 4, 8}) {
+    new (timed_out) std::atomic<int>(0);
+    run_at({world}, [timed_out](const testing::RankContext& ctx) {
+      npu::set_device(ctx.rank % 8);
+      ctx.init(60000);
+      Tensor t = full({4096}, ctx.rank + 1, kInt32).npu();
+      const int32_t sum = ctx.world * (ctx.world + 1) / 2;
+      if (ctx.rank == ctx.world - 1) {
+        const auto deadline = Clock::now() + std::chrono::seconds(20);
+        while (timed_out->load() < ctx.world - 1) {
+          require(Clock::now() < deadline, "the other ranks' waits never returned false");
+          std::this_thread::yield();
+        }
+        all_reduce(t);
+      } else {
+        std::shared_ptr<Work> work = all_reduce(t, ReduceOp::SUM, nullptr, /*async_op=*/true);
+        const Clock::time_point start = Clock::now();
+        require(!work->wait(std::chrono::milliseconds(50)),
+                "wait(50 ms) returned true before the last rank called");
+        require(ms_since(start) >= 50, str("wait(50 ms) returned after ", ms_since(start), " ms"));
+        require(!work->is_completed() && !work->is_success() && work->exception() == nullptr,
+                "a pending work must be neither completed nor successful, with no error");
+        timed_out->fetch_add(1);
+        require(work->wait(std::chrono::seconds(30)), "the collective did not finish");
+        require(work->is_completed() && work->is_success() && work->exception() == nullptr,
+                "a finished work must be completed and successful, with no error");
+      }
+      require(t.cpu().to_vector<int32_t>() == std::vector<int32_t>(4096, sum), "the result");
+    });
+  }
+  munmap(timed_out, sizeof(std::atomic<int>));
 }
 
 // The collective's tensors are on another device than the current one: synchronize() orders that
@@ -141,11 +231,12 @@ TEST(WorkTest, SynchronizeOrdersTheStreamOfTheCollectivesDevice) {
   run_at({2, 3, 4}, [](const testing::RankContext& ctx) {
     const int current = 2 * ctx.rank;
     const int tensors = 2 * ctx.rank + 1;
+    sleep_at_once();
     npu::set_device(current);
     ctx.init(60000);
     for (bool device_synchronize : {false, true}) {
       Tensor t = full({1024}, 1, kFloat32).npu(tensors);
-      if (ctx.rank == ctx.world - 1) std::this_thread::sleep_for(kLate);
+      be_late_if_last(ctx);
       std::shared_ptr<Work> work = all_reduce(t, ReduceOp::SUM, nullptr, /*async_op=*/true);
       if (device_synchronize) {
         npu::synchronize(tensors);

@@ -624,6 +624,35 @@ TEST(ArenaMappingTest, MismatchedHandlesAreRemoteErrors) {
   EXPECT_THROW(ArenaMapping::open(bad), InvalidArgument);
 }
 
+// Peers hold the arena's fd read-write; sealed, none can resize it under the others' mappings.
+// A mapper refuses a file of the right size and header that is not sealed.
+TEST(ArenaMappingTest, TheArenaCannotBeResizedAndAnUnsealedFileIsRefused) {
+  Arena arena(2, 8 * kMiB);
+  const ArenaHandle good = arena.handle();
+  const auto file_bytes = static_cast<off_t>(Arena::kHeaderBytes + arena.capacity());
+  EXPECT_EQ(::ftruncate(good.fd, file_bytes - 4096), -1);
+  EXPECT_EQ(errno, EPERM);
+  EXPECT_EQ(::ftruncate(good.fd, file_bytes + 4096), -1);
+  EXPECT_EQ(errno, EPERM);
+  const uint64_t offset = arena.allocate_segment(2 * kMiB);  // commits and decommits still work
+  fill(arena.base() + offset, 4096, 5);
+  arena.free_segment(offset, 2 * kMiB);
+
+  // A copy of the arena's file (header page included), without the seals.
+  const int copy = ::memfd_create("not-an-arena", MFD_CLOEXEC);
+  ASSERT_GE(copy, 0);
+  ASSERT_EQ(::ftruncate(copy, file_bytes), 0);
+  char header[Arena::kHeaderPageBytes];
+  ASSERT_EQ(::pread(good.fd, header, sizeof(header), 0), static_cast<ssize_t>(sizeof(header)));
+  ASSERT_EQ(::pwrite(copy, header, sizeof(header), 0), static_cast<ssize_t>(sizeof(header)));
+  ArenaHandle unsealed = good;
+  unsealed.fd = copy;
+  EXPECT_THAT(error_text<RemoteError>([&] { ArenaMapping::open(unsealed); }),
+              HasSubstr("fd is not the arena: not sealed against resizing"));
+  ::close(copy);
+  EXPECT_NE(ArenaMapping::open(good), nullptr);
+}
+
 TEST(ArenaMappingTest, DeadOwnerIsARemoteError) {
   Channel channel;
   pid_t child = fork_child([&]() -> int {

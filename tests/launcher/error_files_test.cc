@@ -56,6 +56,19 @@ TEST_F(ErrorFiles, ReadsTorchsTwoLayoutsAndShowsAnyOtherFileAsItIs) {
   EXPECT_FALSE(recorded->timestamp);
 }
 
+// A rank writes the file: a timestamp no time can be is dropped, the message kept.
+TEST_F(ErrorFiles, ATimestampOutOfRangeIsNoTimestamp) {
+  for (const char* number : {"1e300", "-1e300", "9.3e18", "-9.3e18"}) {
+    write(std::string(R"({"message": "RuntimeError: r", "timestamp": )") + number + "}");
+    const auto recorded = read_error_file(path());
+    ASSERT_TRUE(recorded);
+    EXPECT_EQ(recorded->message, "RuntimeError: r");
+    EXPECT_FALSE(recorded->timestamp) << number;
+  }
+  write(R"({"message": "RuntimeError: r", "timestamp": -1.5e9})");
+  EXPECT_EQ(read_error_file(path())->timestamp, -1500000000);
+}
+
 TEST_F(ErrorFiles, NoFileIsNothingRecorded) {
   EXPECT_FALSE(read_error_file(path()));
 }

@@ -297,6 +297,35 @@ TEST_P(GroupedMatmulAllReduceTest, FusedEqualsGroupedMatmulThenAllReduce) {
   EXPECT_TRUE(testing::all_ranks_succeeded(results));
 }
 
+// comm_turn = k sends the sums in k all-reduces, each a collective of the group: the sequence
+// numbers of a barrier before and after the call are k + 1 apart. (The results are the same
+// whatever the rounds: only the count shows that comm_turn was honoured.) One group of 60 rows of
+// n = 8: k of 1, 3, 4 and 5 divide it into k rounds at row boundaries.
+TEST_P(GroupedMatmulAllReduceTest, CommTurnSendsTheSumsInThatManyRounds) {
+  const int world = GetParam();
+  if (world == 1) GTEST_SKIP() << "one rank sends nothing";
+  auto results = testing::run_ranks(world, [](const testing::RankContext& ctx) {
+    npu::set_device(ctx.rank % npu::device_count());
+    ctx.init();
+    const int64_t m = 60, k = 4, n = 8;
+    Tensor x = full({m, k}, 1.0, kFloat32).npu();
+    Tensor w = full({k, n}, ctx.rank + 1.0, kFloat32).npu();
+    for (int64_t comm_turn : {1, 3, 4, 5}) {
+      const uint64_t before = barrier(nullptr, /*async_op=*/true)->sequence();
+      std::vector<Tensor> y = npu_grouped_mat_mul_all_reduce({x}, {w}, default_group()->comm_name(),
+                                                             {.comm_turn = comm_turn});
+      const uint64_t after = barrier(nullptr, /*async_op=*/true)->sequence();
+      require(after - before - 1 == static_cast<uint64_t>(comm_turn),
+              str("comm_turn ", comm_turn, ": ", after - before - 1, " collectives"));
+      const float sum = static_cast<float>(k * ctx.world * (ctx.world + 1) / 2);
+      for (float value : y[0].cpu().to_vector<float>())
+        require(value == sum, str("comm_turn ", comm_turn, ": ", value, ", expected ", sum));
+    }
+    destroy_process_group();
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+}
+
 // comm_turn 0 lets the operator choose its rounds, which are collectives: ranks whose CPU shares
 // differ must still choose the same ones. Rank 1 is bound to one CPU; rank 0 may run on all and
 // is given a share of 2 (SHMCCL_OPS_CPU_SHARE: on this 2-CPU host a share is 1 otherwise, since
@@ -426,6 +455,25 @@ TEST_F(GroupedMatmulSingleRank, EveryConstraintHasAClearError) {
   EXPECT_TRUE(has(call({t({4, 4})}, {}), "Neither x nor weight could be empty."));
   EXPECT_TRUE(has(call({t({4, 4})}, {t({4, 4})}, {.split_item = 5}),
                   "The given split_item [5] is invalid, which must be one of 0/1/2/3"));
+  EXPECT_TRUE(has(call({t({4, 4})}, {t({4, 4})}, {.split_item = -1}),
+                  "The given split_item [-1] is invalid, which must be one of 0/1/2/3"));
+  // A 3-D weight of no groups is empty too (split_item 3 takes one [groups, k, n] tensor).
+  EXPECT_TRUE(has(call({t({4, 4})}, {t({0, 4, 4})}, {.group_list = {4}, .split_item = 3}),
+                  "Neither x nor weight could be empty."));
+  EXPECT_TRUE(has(call({t({4, 4})}, {t({65, 4, 4})}, {.group_list = {4}, .split_item = 3}),
+                  "weight holds 65 groups; at most 64 are supported"));
+  // ... and only split_item 3 takes it.
+  EXPECT_TRUE(
+      has(call({t({4, 4})}, {t({1, 4, 4})}), "weight[0] must be 2-D [k, n], got shape [1, 4, 4]"));
+  // Undefined tensors, tensors that disagree on dtype or device.
+  EXPECT_TRUE(has(call({Tensor()}, {t({4, 4})}), "x[0] is an undefined tensor"));
+  EXPECT_TRUE(has(call({t({4, 4})}, {Tensor()}), "weight[0] is an undefined tensor"));
+  EXPECT_TRUE(
+      has(call({t({4, 4})}, {t({4, 4})}, {.bias = {Tensor()}}), "bias[0] is an undefined tensor"));
+  EXPECT_TRUE(has(call({t({4, 4}), t({4, 4}, kFloat32)}, {t({4, 4}), t({4, 4})}),
+                  "x[1] has dtype float32 but x[0] has bfloat16; all x must agree"));
+  EXPECT_TRUE(has(call({t({4, 4})}, {zeros({4, 4}, kBFloat16).npu(1)}),
+                  "weight[0] is on npu:1 but x[0] is on npu:0; all tensors must be on one device"));
   EXPECT_TRUE(has(call({t({4, 4})}, {t({4, 4})}, {.reduce_op = "max"}),
                   "reduce_op [max] is not supported, which must be sum"));
   EXPECT_TRUE(has(call({t({4, 4})}, {t({4, 4})}, {.comm_turn = -1}), "comm_turn [-1]"));
@@ -457,6 +505,9 @@ TEST_F(GroupedMatmulSingleRank, EveryConstraintHasAClearError) {
   EXPECT_TRUE(has(call({t({4, 4})}, {t({4, 4}), t({4, 4})},
                        {.group_list = {3, 2}, .split_item = 1, .group_list_type = 1}),
                   "sums to 5 but x has 4 rows"));
+  EXPECT_TRUE(has(call({t({4, 4})}, {t({4, 4}), t({4, 4})},
+                       {.group_list = {-1, 5}, .split_item = 1, .group_list_type = 1}),
+                  "holds row counts (group_list_type 1), but group_list[0] = -1 is negative"));
   EXPECT_TRUE(
       has(call({t({0, 4})}, {t({4, 4}), t({4, 4}), t({4, 4})},
                {.group_list = {INT64_MAX, INT64_MAX, 2}, .split_item = 1, .group_list_type = 1}),
