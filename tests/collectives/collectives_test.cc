@@ -527,13 +527,18 @@ TEST_P(CollectivesTest, CollectivesStartAfterWorkQueuedOnTheCallersStream) {
         work->wait();
       } else {
         // Opens the gate once the synchronous call has queued behind the fill (gate, fill, call).
+        std::atomic<bool> queued{true};
         std::thread opener([&] {
-          while (stream.pending() < 3)
+          const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+          while (stream.pending() < 3 && queued) {
+            queued = std::chrono::steady_clock::now() < deadline;
             std::this_thread::yield();
+          }
           gate.set_value();
         });
         all_reduce(tensor);
         opener.join();
+        require(queued, "the synchronous call never queued behind the fill");
       }
       require_close(tensor.cpu(), full({16}, expected, kInt64), async ? "async" : "sync");
     }

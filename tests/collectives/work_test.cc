@@ -82,8 +82,15 @@ TEST(WorkTest, ASyncCallBehindStreamWorkAndAnotherThreadsAsyncCallBothComplete) 
     });
     // The synchronous call is in: it queued a task behind the stream's work (the old code: the
     // call itself; now: the event the group's stream waits for), after taking its number.
-    while (stream.pending() < 2)
+    const auto deadline = Clock::now() + std::chrono::seconds(20);
+    while (stream.pending() < 2) {
+      if (Clock::now() >= deadline) {
+        gate.set_value();  // lets the caller finish, so the failure is reported, not a hang
+        sync_caller.join();
+        require(false, "the synchronous call never queued behind the stream's work");
+      }
       std::this_thread::yield();
+    }
     std::shared_ptr<Work> work = all_reduce(b, ReduceOp::SUM, nullptr, /*async_op=*/true);
     gate.set_value();
     sync_caller.join();
