@@ -410,8 +410,13 @@ class Supervisor {
         continue;
       }
       if (!signal_) signal_ = *signal_number;
-      if (stopping_) {
+      if (++signals_received_ > 1) {
         kill_all();  // a second signal: no more grace
+      } else if (stopping_) {
+        // The first signal during a stop that a failure began: the ranks get it too, as torchrun
+        // forwards it, within the same grace period (their handlers may be saving state).
+        for (Rank& rank : ranks_)
+          rank.child.send_signal(*signal_number);
       } else {
         begin_stop(*signal_number);
       }
@@ -456,6 +461,7 @@ class Supervisor {
   std::optional<RankExit> root_cause_;
   std::vector<RankExit> others_;
   std::optional<int> signal_;
+  int signals_received_ = 0;  // stop signals shmrun received (not SIGPIPE from a gone console)
 };
 
 // The files of --duplicate-std{out,err}-filters for one attempt, shared by every rank.

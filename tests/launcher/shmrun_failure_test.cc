@@ -404,6 +404,30 @@ TEST(Failure, ASignalDuringTheFlightRecorderWaitReachesTheRanksAsItCame) {
   expect_shm_clean(namespaces(result.err));
 }
 
+// A failure began the stop (SIGTERM, a 60 s grace period, ranks that go on). The first signal to
+// shmrun then reaches the ranks, as torchrun forwards it, and does not cut the grace period: their
+// handlers may be saving state. It used to SIGKILL them at once, as a second signal does.
+TEST(Failure, TheFirstSignalDuringAFailuresStopIsForwardedWithinTheGracePeriod) {
+  Shmrun shmrun({"-v", "--grace-period", "60", "--nproc-per-node", "3", kWorker,
+                 "fail-and-keep-reporting", "2"});
+  const auto both_got = [](const std::string& signal) {
+    return [signal](const std::string& out) {
+      return out.find("[rank0]:got " + signal + "\n") != std::string::npos &&
+             out.find("[rank1]:got " + signal + "\n") != std::string::npos;
+    };
+  };
+  ASSERT_TRUE(shmrun.read_until(both_got("SIGTERM"))) << shmrun.err();  // the failure's stop
+  shmrun.send(SIGINT);
+  ASSERT_TRUE(shmrun.read_until(both_got("SIGINT"))) << shmrun.err();  // alive: forwarded
+  const auto start = std::chrono::steady_clock::now();
+  shmrun.send(SIGINT);  // the second: no more grace
+  const RunResult result = shmrun.wait();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3)) << result.err;
+  EXPECT_NE(result.err.find(") ended: exit code 3"), std::string::npos) << result.err;
+  expect_ranks_gone(result.err, 3);
+  expect_shm_clean(namespaces(result.err));
+}
+
 TEST(Failure, ASecondSignalKillsAtOnce) {
   Shmrun shmrun({"-v", "--grace-period", "60", "--nproc-per-node", "2", kWorker, "ignore-stop"});
   ASSERT_TRUE(

@@ -19,6 +19,8 @@
 //   report-signals       print "ready"; on SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 or SIGUSR2
 //                        print "got SIG<name>" and exit 0
 //   fail-and-report RANK rank RANK exits 3 once the others are ready; they report-signals
+//   fail-and-keep-reporting RANK  as fail-and-report, but the others report every signal and
+//                        go on (only SIGKILL ends them)
 //   flood RANK           rank RANK exits 3 at once; the others write lines without pause
 //   flood-both           write lines without pause, on stdout and stderr in turn
 //   flood-until-usr2 RANK  rank RANK says so on stderr and exits 3 once it receives SIGUSR2;
@@ -62,6 +64,9 @@ void start_like_a_rank() {
   }
 }
 
+// Whether report_signal exits after reporting (it does unless a mode says otherwise).
+volatile sig_atomic_t g_exit_on_signal = 1;
+
 void report_signal(int signal_number) {
   // Async-signal-safe: one write(2) of a line made without allocating.
   char line[32] = "got SIG";
@@ -71,7 +76,7 @@ void report_signal(int signal_number) {
     line[length++] = *c;
   line[length++] = '\n';
   [[maybe_unused]] ssize_t written = write(STDOUT_FILENO, line, length);
-  _exit(0);
+  if (g_exit_on_signal) _exit(0);
 }
 
 [[noreturn]] void wait_forever() {
@@ -136,7 +141,8 @@ int main(int argc, char** argv) {
       signal(signal_number, report_signal);
     wait_forever();
   }
-  if (mode == "fail-and-report" && argc == 3) {
+  if ((mode == "fail-and-report" || mode == "fail-and-keep-reporting") && argc == 3) {
+    g_exit_on_signal = mode == "fail-and-report";
     if (rank == std::atoi(argv[2])) {
       // Fails once every other rank's handlers are in place: each made its segment, then
       // its handlers, then a file of its own (so shmrun's stop reaches a reporting rank).
