@@ -502,7 +502,8 @@ char* GroupTransport::resolve(const BufferRef& shared_ref, uint64_t bytes,
                                       " bytes were needed"));
   };
   if (out_of_bounds(handle.capacity)) throw bounds_error(handle.capacity);
-  if (alignment > 1 && ref.offset % alignment != 0) {
+  // Element sizes are powers of two: a mask, not a division, on every work-pool call's path.
+  if ((ref.offset & (alignment - 1)) != 0) {
     throw RemoteError(detail::concat(
         "rank ", owner, " (pid ", handle.pid, ") described a buffer at offset ", ref.offset,
         ", not a multiple of the element size (", alignment, " bytes); corrupt control block?"));

@@ -163,9 +163,10 @@ class GroupTransport {
   bool healthy() const;
 
   // The address of `ref`'s first byte in this process; checks that `bytes` fit in its arena and
-  // that the offset is a multiple of `alignment` (the element size: kernels load whole elements,
-  // and every tensor a rank describes starts on one). Maps a peer's arena on first use (and keeps
-  // it mapped while this group, or another group of this process that mapped it, lives).
+  // that the offset is a multiple of `alignment` (the element size, a power of two: kernels load
+  // whole elements, and every tensor a rank describes starts on one). Maps a peer's arena on first
+  // use (and keeps it mapped while this group, or another group of this process that mapped it,
+  // lives).
   char* resolve(const BufferRef& ref, uint64_t bytes, uint64_t alignment) const;
   // Peer buffers from this size up get this process's page tables filled when resolved.
   static constexpr uint64_t kPopulateBytes = 64 * 1024;
