@@ -123,10 +123,12 @@ bool ConsoleSink::drain(int signal_fd, std::optional<std::chrono::milliseconds> 
 }
 
 void ConsoleSink::abandon() {
-  // A line the console took only part of is ended, so that what shmrun prints next starts a line.
-  if (backlog() > 0 && !gone_ && !at_line_start_) write_some("\n");
+  // A line the console took only part of is ended, so that what shmrun prints next starts a line:
+  // the '\n' stays in the backlog when the console does not take it now.
+  const bool cut_line = backlog() > 0 && !gone_ && !at_line_start_;
   backlog_.clear();
   backlog_start_ = 0;
+  if (cut_line && write_some("\n") == 0 && !gone_) backlog_ = "\n";
 }
 
 }  // namespace shmccl::launcher

@@ -48,8 +48,8 @@ class ConsoleSink {
   // is pending on `signal_fd` (not consumed), or `bound` passed (none: no bound). Returns whether
   // everything was written; what was not is dropped.
   bool drain(int signal_fd, std::optional<std::chrono::milliseconds> bound);
-  // Drops the backlog (the job ends at once and the reader takes nothing more), ending with a
-  // '\n' a line the console took only part of.
+  // Drops the backlog (the job ends at once and the reader takes nothing more), but for a '\n'
+  // that ends a line the console took only part of (written first when it cannot be now).
   void abandon();
 
  private:

@@ -101,8 +101,8 @@ void remove_what_killed_launchers_left() {
 // comes, or, when the job ends for `signal`, for kLastWordsAfterSignal at most.
 constexpr std::chrono::seconds kLastWordsAfterSignal{1};
 
-void say(const SignalWatcher& signals, std::optional<int> signal, const std::string& text) {
-  ConsoleSink console(STDERR_FILENO);
+void say(ConsoleSink& console, const SignalWatcher& signals, std::optional<int> signal,
+         const std::string& text) {
   console.write(text);
   std::optional<std::chrono::milliseconds> bound;
   if (signal) bound = kLastWordsAfterSignal;
@@ -111,40 +111,43 @@ void say(const SignalWatcher& signals, std::optional<int> signal, const std::str
 
 // Who started shmrun may have given it an error file of its own (torchelastic's
 // TORCHELASTIC_ERROR_FILE; the ranks get theirs): the root cause goes there, as torchrun's
-// @record puts it.
-void report_to_parent(const std::optional<RecordedError>& recorded, int error_code,
-                      const std::string& message) {
+// @record puts it. Returns a warning line for stderr when it cannot be written.
+std::string report_to_parent(const std::optional<RecordedError>& recorded, int error_code,
+                             const std::string& message) {
   const char* path = std::getenv("TORCHELASTIC_ERROR_FILE");
-  if (path == nullptr || *path == '\0') return;
-  if (!write_launcher_error_file(path, recorded, error_code, message)) {
-    std::fprintf(stderr, "shmrun: warning: cannot write TORCHELASTIC_ERROR_FILE %s: %s\n", path,
-                 std::strerror(errno));
-  }
+  if (path == nullptr || *path == '\0') return "";
+  if (write_launcher_error_file(path, recorded, error_code, message)) return "";
+  return std::string("shmrun: warning: cannot write TORCHELASTIC_ERROR_FILE ") + path + ": " +
+         std::strerror(errno) + "\n";
 }
 
 int run_job(const Options& options) {
   std::vector<std::string> warnings;
   LaunchPlan plan = make_launch_plan(options, &warnings);
   if (options.verbose) enable_verbose_logging();
-  for (const std::string& warning : warnings) {
-    std::fprintf(stderr, "shmrun: warning: %s\n", warning.c_str());
-  }
-  if (!plan.logs.empty()) {
-    // Its name is new for every run: say where it is.
-    std::fprintf(stderr, "shmrun: logs of this run go to %s/attempt_<restart>/<local rank>/\n",
-                 plan.logs.run_dir.c_str());
-  }
-
-  remove_what_killed_launchers_left();
   const std::time_t job_start = std::time(nullptr) - 1;  // st_mtime has whole seconds here
   SignalWatcher signals(plan.stop_signals);
+  // From here on, everything shmrun writes to stderr goes through the group's console, which
+  // never blocks: the stop signals are blocked now, and a write waiting for a slow reader would
+  // leave shmrun deaf to them.
   WorkerGroup group(plan, signals);
+  for (const std::string& warning : warnings)
+    group.err_console().write("shmrun: warning: " + warning + "\n");
+  if (!plan.logs.empty()) {
+    // Its name is new for every run: say where it is.
+    group.err_console().write("shmrun: logs of this run go to " + plan.logs.run_dir +
+                              "/attempt_<restart>/<local rank>/\n");
+  }
+  remove_what_killed_launchers_left();
   for (int restart = 0;; ++restart) {
     const AttemptResult result = group.run(restart);
-    if (result.succeeded()) return 0;
+    if (result.succeeded()) {
+      group.err_console().drain(signals.fd(), std::nullopt);  // shmrun's lines since the ranks'
+      return 0;
+    }
     if (!result.root_cause) {
       const std::string name = signal_name(*result.signal);
-      say(signals, *result.signal,
+      say(group.err_console(), signals, *result.signal,
           result.stopped == plan.world_size
               ? "shmrun: received " + name + ": stopped all " + std::to_string(plan.world_size) +
                     " ranks\n"
@@ -156,7 +159,7 @@ int run_job(const Options& options) {
     std::optional<int> signal = result.signal;
     if (!signal && restart < plan.max_restarts) {
       const std::optional<RecordedError>& recorded = failed.recorded;
-      say(signals, std::nullopt,
+      say(group.err_console(), signals, std::nullopt,
           "shmrun: rank " + std::to_string(failed.rank) + " (pid " + std::to_string(failed.pid) +
               ") failed with " + failed.status.describe() +
               (recorded ? " (" + recorded->message + ")" : std::string()) + "; restarting all " +
@@ -190,10 +193,11 @@ int run_job(const Options& options) {
                                       info.st_mtime >= job_start);
     }
     const std::string summary = format_failure_summary(context, failed, result.others);
-    report_to_parent(failed.recorded, failed.status.shell_code(),
-                     "shmrun: rank " + std::to_string(failed.rank) + " (pid " +
-                         std::to_string(failed.pid) + ") failed with " + failed.status.describe());
-    say(signals, signal, summary);
+    const std::string warning = report_to_parent(failed.recorded, failed.status.shell_code(),
+                                                 "shmrun: rank " + std::to_string(failed.rank) +
+                                                     " (pid " + std::to_string(failed.pid) +
+                                                     ") failed with " + failed.status.describe());
+    say(group.err_console(), signals, signal, summary + warning);
     return failed.status.shell_code();
   }
 }
@@ -238,7 +242,8 @@ int shmrun_main(int argc, char** argv) {
     options = parse_options(args);
   } catch (const UsageError& error) {
     std::fprintf(stderr, "%s\nshmrun: error: %s\n", usage_line(), error.what());
-    report_to_parent(std::nullopt, 2, std::string("shmrun: ") + error.what());
+    std::fputs(report_to_parent(std::nullopt, 2, std::string("shmrun: ") + error.what()).c_str(),
+               stderr);
     return 2;
   }
   try {
@@ -258,11 +263,16 @@ int shmrun_main(int argc, char** argv) {
     }
   } catch (const LaunchError& error) {
     std::fprintf(stderr, "shmrun: error: %s\n", error.what());
-    report_to_parent(std::nullopt, error.exit_code(), std::string("shmrun: ") + error.what());
+    std::fputs(
+        report_to_parent(std::nullopt, error.exit_code(), std::string("shmrun: ") + error.what())
+            .c_str(),
+        stderr);
     return error.exit_code();
   } catch (const std::exception& error) {
     std::fprintf(stderr, "shmrun: error: %s\n", error.what());
-    report_to_parent(std::nullopt, kExitError, std::string("shmrun: ") + error.what());
+    std::fputs(
+        report_to_parent(std::nullopt, kExitError, std::string("shmrun: ") + error.what()).c_str(),
+        stderr);
   }
   return kExitError;
 }

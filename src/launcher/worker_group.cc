@@ -37,6 +37,8 @@ bool same_file(int a, int b) {
 
 using Clock = std::chrono::steady_clock;
 
+constexpr std::chrono::seconds kLastWordsOnError{1};
+
 std::chrono::nanoseconds to_duration(double seconds) {
   return std::chrono::nanoseconds(static_cast<int64_t>(seconds * 1e9));
 }
@@ -95,12 +97,7 @@ class Supervisor {
         consoles_{Console{&out_console, 0, {}}},
         err_console_(err_console) {
     if (&err_console != &out_console) consoles_.push_back(Console{&err_console, 0, {}});
-    // shmrun's own lines share stderr's queue with the ranks' (see log::set_line_sink).
-    log::set_line_sink(
-        [](void* sink, std::string_view line) { static_cast<ConsoleSink*>(sink)->write(line); },
-        &err_console_);
   }
-  ~Supervisor() { log::set_line_sink(nullptr, nullptr); }
   Supervisor(const Supervisor&) = delete;
   Supervisor& operator=(const Supervisor&) = delete;
 
@@ -451,7 +448,7 @@ class Supervisor {
   static constexpr size_t kPauseAt = 1024 * 1024;
   static constexpr size_t kResumeAt = 256 * 1024;
   std::vector<Console> consoles_;  // stdout's, then stderr's unless it is the same
-  ConsoleSink& err_console_;       // also where shmrun's own lines go
+  ConsoleSink& err_console_;
   // The flight recorder wait after the first failure (see on_failure).
   bool awaiting_traces_ = false;
   FileDescriptor inotify_;
@@ -532,17 +529,34 @@ Rank start_rank(const LaunchPlan& plan, const RankPlan& rank_plan, int restart_c
 
 }  // namespace
 
+WorkerGroup::WorkerGroup(const LaunchPlan& plan, SignalWatcher& signals)
+    : plan_(plan), signals_(signals), out_console_(STDOUT_FILENO) {
+  // One sink when stdout and stderr are the same file (`2>&1`): two would each write whenever
+  // their own backlog is empty, into the middle of a line the other left half written.
+  if (!same_file(STDOUT_FILENO, STDERR_FILENO)) separate_err_console_.emplace(STDERR_FILENO);
+  // shmrun's own lines share stderr's queue with the ranks', for the whole job: a blocking write
+  // of one, while the stop signals are blocked, would leave shmrun deaf to Ctrl-C for as long as
+  // the console's reader does not read (see log::set_line_sink).
+  log::set_line_sink(
+      [](void* sink, std::string_view line) { static_cast<ConsoleSink*>(sink)->write(line); },
+      &err_console());
+}
+
+WorkerGroup::~WorkerGroup() {
+  log::set_line_sink(nullptr, nullptr);
+  // What is left when an error ends the job (run_job drains the rest itself): a moment for the
+  // reader, as shmrun's last words after a signal get.
+  for (ConsoleSink* console : {&out_console_, &err_console()})
+    console->drain(signals_.fd(), kLastWordsOnError);
+}
+
 AttemptResult WorkerGroup::run(int restart_count) {
   JobNamespace job_namespace = JobNamespace::create(plan_.run_id);
   AttemptResult result;
 
   const auto start = Clock::now();
-  // One sink when stdout and stderr are the same file (`2>&1`): two would each write whenever
-  // their own backlog is empty, into the middle of a line the other left half written.
-  ConsoleSink out_console(STDOUT_FILENO);
-  std::optional<ConsoleSink> separate_err_console;
-  if (!same_file(STDOUT_FILENO, STDERR_FILENO)) separate_err_console.emplace(STDERR_FILENO);
-  ConsoleSink& err_console = separate_err_console ? *separate_err_console : out_console;
+  ConsoleSink& out_console = out_console_;
+  ConsoleSink& err_console = this->err_console();
   if (!plan_.logs.empty()) {
     plan_.logs.make_attempt_dirs(restart_count, static_cast<int>(plan_.ranks.size()));
   }

@@ -11,6 +11,7 @@
 #include <optional>
 #include <vector>
 
+#include "launcher/console_sink.h"
 #include "launcher/failure_summary.h"
 #include "launcher/launch_plan.h"
 #include "launcher/signal_watcher.h"
@@ -26,16 +27,30 @@ struct AttemptResult {
   bool succeeded() const { return !root_cause && !signal; }
 };
 
+// From construction to destruction, shmrun's own log lines go into its stderr's ConsoleSink (never
+// a blocking write): its owner drains them (err_console().drain()) before the job's end; what an
+// error leaves gets a moment at most in the destructor.
 class WorkerGroup {
  public:
-  WorkerGroup(const LaunchPlan& plan, SignalWatcher& signals) : plan_(plan), signals_(signals) {}
+  WorkerGroup(const LaunchPlan& plan, SignalWatcher& signals);
+  ~WorkerGroup();
+  WorkerGroup(const WorkerGroup&) = delete;
+  WorkerGroup& operator=(const WorkerGroup&) = delete;
 
   // Runs attempt number `restart_count` (TORCHELASTIC_RESTART_COUNT) to its end.
   AttemptResult run(int restart_count);
 
+  // shmrun's stderr (its stdout's sink under `2>&1`), for its own lines between attempts: they
+  // follow whatever it still holds.
+  ConsoleSink& err_console() {
+    return separate_err_console_ ? *separate_err_console_ : out_console_;
+  }
+
  private:
   const LaunchPlan& plan_;
   SignalWatcher& signals_;
+  ConsoleSink out_console_;
+  std::optional<ConsoleSink> separate_err_console_;
 };
 
 }  // namespace shmccl::launcher

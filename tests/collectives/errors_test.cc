@@ -15,6 +15,7 @@
 #include "collectives/group_state.h"
 #include "core/config.h"
 #include "multiprocess.h"
+#include "sleepers.h"
 #include "transport/peer_monitor.h"
 
 namespace shmccl {
@@ -511,16 +512,6 @@ void join_with_waits_that_sleep_at_once(const testing::RankContext& ctx) {
   ctx.init();
 }
 
-// Until `count` ranks sleep in a wait of the default group.
-void await_sleepers(uint32_t count, const char* what) {
-  const transport::GroupTransport& transport = default_group()->state().transport();
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (transport.header().sleepers.load() < count) {
-    require(std::chrono::steady_clock::now() < deadline, what);
-    sched_yield();
-  }
-}
-
 // A broadcast's root needs nobody's data, so it may finish and die before the receivers even call
 // the broadcast; the data is in the control block, and they get it.
 TEST(CollectiveErrorsTest, ReceiversCompleteABroadcastWhoseRootAlreadyDied) {
@@ -582,7 +573,7 @@ TEST(CollectiveErrorsTest, ARootLeavingAfterItsBroadcastWaitsForTheReceivers) {
         return;
       }
       require(leaving.wait(), "the root did not finish its broadcast");
-      await_sleepers(1, "the root left without waiting");  // it sleeps on its way out
+      testing::await_sleepers(1, "the root left without waiting");  // it sleeps on its way out
       require(default_group()->state().transport().slot(0).departed_at.load() == 0,
               "the root left before the receivers");
       broadcast(tensor, 0);
@@ -664,7 +655,7 @@ TEST(CollectiveErrorsTest, PeersStillWaitingInACallThatALeavingRankFinishedEarly
         return;
       }
       // Rank 0 and the leaver sleep, each in its own wait for the middle ranks.
-      if (ctx.rank != 0) await_sleepers(2, "rank 0 and the leaver never slept");
+      if (ctx.rank != 0) testing::await_sleepers(2, "rank 0 and the leaver never slept");
       reduce_scatter_tensor_uneven(output, input, splits);
       require(output.cpu().to_vector<int32_t>() == std::vector<int32_t>(2, ctx.world),
               "wrong reduce-scatter result");
@@ -743,7 +734,8 @@ void require_survivors_fail_fast(bool survivors_asleep) {
           all_reduce(t);
           if (ctx.rank == 1) {
             if (survivors_asleep)
-              await_sleepers(static_cast<uint32_t>(ctx.world - 1), "the survivors never slept");
+              testing::await_sleepers(static_cast<uint32_t>(ctx.world - 1),
+                                      "the survivors never slept");
             raise(SIGKILL);
           }
           testing::require_death_noticed(ctx, survivors, /*victim=*/1, /*bound_seconds=*/1.0,

@@ -18,6 +18,7 @@
 #include "collectives/group_state.h"
 #include "core/config.h"
 #include "multiprocess.h"
+#include "sleepers.h"
 
 namespace shmccl {
 namespace {
@@ -128,8 +129,8 @@ void expect_nothing_published(int world, bool async_op, bool sub_group, const ch
       const int last = group->size() - 1;
       Tensor tensor = full({4}, 1, kInt32).npu();
       if (group->rank() == last) {
-        await([&] { return transport.header().sleepers.load() == static_cast<uint32_t>(last); },
-              "the other ranks sleep in the all-reduce");
+        testing::await_sleepers(static_cast<uint32_t>(last),
+                                "the other ranks sleep in the all-reduce", group);
         for (int r = 0; r < last; ++r) {
           require(transport.slot(r).waits_in.load() == 0,
                   str("rank ", r, " published a wait: ", transport.slot(r).waits_in.load()));

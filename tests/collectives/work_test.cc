@@ -20,6 +20,7 @@
 #include "device/device_context.h"
 #include "device/stream_impl.h"
 #include "multiprocess.h"
+#include "sleepers.h"
 #include "transport/group_transport.h"
 
 namespace shmccl {
@@ -42,13 +43,9 @@ void sleep_at_once() {
 
 // The last rank is late: it calls once every other rank sleeps in a wait of the default group.
 void be_late_if_last(const testing::RankContext& ctx) {
-  if (ctx.rank != ctx.world - 1) return;
-  const transport::GroupTransport& transport = default_group()->state().transport();
-  const auto deadline = Clock::now() + std::chrono::seconds(20);
-  while (transport.header().sleepers.load() < static_cast<uint32_t>(ctx.world - 1)) {
-    require(Clock::now() < deadline, "the other ranks never slept in the call");
-    std::this_thread::yield();
-  }
+  if (ctx.rank == ctx.world - 1)
+    testing::await_sleepers(static_cast<uint32_t>(ctx.world - 1),
+                            "the other ranks never slept in the call");
 }
 
 void run_at(std::initializer_list<int> worlds,

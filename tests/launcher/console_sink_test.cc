@@ -76,6 +76,34 @@ TEST_F(ConsoleSinkTest, AFullPipeKeepsTheRestInOrderWithoutBlocking) {
   close(fds[1]);
 }
 
+// A signal drops the backlog mid-line: the line is still ended before anything written next, also
+// when the full console cannot take the '\n' at once (it used to be lost, gluing shmrun's next
+// line onto the cut one).
+TEST_F(ConsoleSinkTest, AbandoningACutLineEndsItBeforeTheNextLineEvenWhenTheConsoleIsFull) {
+  int fds[2];
+  ASSERT_EQ(pipe2(fds, O_CLOEXEC), 0);
+  ASSERT_GT(fcntl(fds[1], F_SETPIPE_SZ, 4096), 0);
+  fcntl(fds[0], F_SETFL, O_NONBLOCK);
+  {
+    ConsoleSink sink(fds[1]);
+    std::string text;
+    for (int i = 0; i < 1000; ++i)
+      text += std::string(29, static_cast<char>('a' + i % 26)) + "\n";  // 4096 is no line end
+    sink.write(text);
+    ASSERT_GT(sink.backlog(), 0u);
+    sink.abandon();
+    EXPECT_EQ(sink.backlog(), 1u) << "the '\\n' waits for room";
+    const std::string taken = read_available(fds[0]);
+    ASSERT_FALSE(taken.empty());
+    ASSERT_NE(taken.back(), '\n') << "the console took whole lines; the test needs a cut one";
+    EXPECT_EQ(taken, text.substr(0, taken.size()));
+    sink.write("shmrun: next line\n");
+    EXPECT_EQ(drain_through(sink, fds[0]), "\nshmrun: next line\n");
+  }
+  close(fds[0]);
+  close(fds[1]);
+}
+
 TEST_F(ConsoleSinkTest, AReaderThatIsGoneMakesTheSinkGone) {
   int fds[2];
   ASSERT_EQ(pipe2(fds, O_CLOEXEC), 0);

@@ -187,6 +187,39 @@ TEST(Failure, ASignalEndsAJobWhoseStdoutAndStderrReadersStalled) {
   expect_shm_clean(namespaces(result.err));
 }
 
+// shmrun's own log lines before the ranks run (-v: the job namespace, each rank's pid) go into
+// the same non-blocking queue as everything else: a stderr whose reader is behind from the start
+// neither keeps the ranks from starting nor a signal from stopping them. (They were written with a
+// blocking write(2) while the stop signals were blocked: shmrun hung there, deaf to Ctrl-C.)
+TEST(Failure, AStderrFullBeforeTheStartDelaysNeitherTheRanksNorASignal) {
+  const std::string run_id = "stderr-full-" + std::to_string(getpid());
+  Shmrun shmrun({"-v", "--run-id", run_id, "--nproc-per-node", "2", kWorker, "sleep"}, {},
+                /*stderr_to_stdout=*/false, /*stderr_full=*/true);
+  ASSERT_TRUE(shmrun.pipe_full(/*err=*/true));
+  ASSERT_TRUE(shmrun.read_until([](const std::string& out) {
+    return Shmrun::has_ready_lines(out, 2);
+  })) << "the ranks did not start while shmrun's stderr was full\nstdout:\n"
+      << shmrun.out();
+  const std::vector<pid_t> pids = Shmrun::ready_pids(shmrun.out());
+  const auto start = std::chrono::steady_clock::now();
+  shmrun.send(SIGTERM);
+  ASSERT_EQ(shmrun.read_until([](const std::string&) { return false; }), false);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5))
+      << "shmrun did not exit while its stderr was full";
+  for (pid_t pid : pids)
+    EXPECT_TRUE(process_gone(pid, kGone)) << "rank pid " << pid << " alive";
+  shmrun.resume_stderr();
+  const RunResult result = shmrun.wait();
+  EXPECT_EQ(result.exit_code, 128 + SIGTERM)
+      << result.err.substr(result.err.find_first_not_of('.'));
+  std::vector<std::string> left;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+    if (entry.path().filename().string().starts_with("shmccl." + run_id + "-"))
+      left.push_back(entry.path().filename().string());
+  }
+  EXPECT_TRUE(left.empty()) << "left in /dev/shm: " << left.front();
+}
+
 // A rank failing while the reader is stalled: shmrun stops the other ranks and removes the job's
 // shared memory at once; the ranks' last lines (why one failed) and the summary then wait for the
 // reader, as a pipeline's writer waits for a pager.

@@ -52,11 +52,25 @@ class Shmrun {
  public:
   // `stderr_to_stdout`: shmrun's stderr is its stdout pipe, as `shmrun ... 2>&1 | ...` has it
   // (err() stays empty).
+  // `stderr_full`: shmrun's stderr pipe is full before it starts, and stalled (stall_stderr()).
   explicit Shmrun(const std::vector<std::string>& args,
-                  const std::vector<std::string>& extra_env = {}, bool stderr_to_stdout = false) {
+                  const std::vector<std::string>& extra_env = {}, bool stderr_to_stdout = false,
+                  bool stderr_full = false) {
     int out[2], err[2];
     EXPECT_EQ(pipe2(out, O_CLOEXEC), 0);
     EXPECT_EQ(pipe2(err, O_CLOEXEC), 0);
+    if (stderr_full) {
+      // O_NONBLOCK only while filling: shmrun gets the blocking write end a terminal or a
+      // shell's pipe gives it.
+      const int flags = fcntl(err[1], F_GETFL);
+      EXPECT_EQ(fcntl(err[1], F_SETFL, flags | O_NONBLOCK), 0);
+      const std::string filler(4096, '.');
+      while (write(err[1], filler.data(), filler.size()) > 0) {
+      }
+      EXPECT_EQ(errno, EAGAIN);
+      EXPECT_EQ(fcntl(err[1], F_SETFL, flags), 0);
+      stderr_stalled_ = true;
+    }
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
