@@ -1,7 +1,8 @@
 // Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
 //
 // oneflow.comm.all_gather_into_tensor's example: the output in concatenation form (N*d0, ...) or
-// stack form (N, d0, ...):
+// in the example's "stack form", (N, 3, 2) for (2, 3) inputs (any shape of N times the input's
+// elements holds the same bytes):
 //   shmrun --nproc-per-node 2 ./all_gather_concat_stack
 #include <shmccl/shmccl.hpp>
 
@@ -21,7 +22,7 @@ int main() {
   shmccl::Tensor tensor_out = shmccl::zeros({2 * world, 3}, shmccl::kInt64).npu();
   shmccl::all_gather_into_tensor(tensor_out, tensor_in);
   shmccl::Tensor tensor_out2 = shmccl::zeros({world, 3, 2}, shmccl::kInt64).npu();
-  shmccl::all_gather_into_tensor(tensor_out2, tensor_in.reshape({3, 2}));
+  shmccl::all_gather_into_tensor(tensor_out2, tensor_in);
 
   const shmccl::Tensor expected =
       shmccl::arange(6 * world, shmccl::kInt64) + shmccl::ones({6 * world}, shmccl::kInt64);

@@ -49,8 +49,8 @@ std::string describe(const shmccl::Tensor& y) {
   for (size_t d = 0; d < y.sizes().size(); ++d) {
     text += (d ? ", " : "") + std::to_string(y.sizes()[d]);
   }
-  return text + "] " + shmccl::dtype_name(y.dtype()) +
-         ", first element " + std::to_string(y.cpu().to(shmccl::kFloat64).to_vector<double>()[0]);
+  return text + "] " + shmccl::dtype_name(y.dtype()) + ", first element " +
+         std::to_string(y.cpu().to(shmccl::kFloat64).to_vector<double>()[0]);
 }
 
 }  // namespace

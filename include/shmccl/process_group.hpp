@@ -80,7 +80,9 @@ int get_world_size(const ProcessGroupPtr& group = nullptr);
 // outside `ranks` get a group they are not a member of, as torch's NON_GROUP_MEMBER (not nullptr,
 // which means the default group): is_member() is false, rank() and size() are -1 (torch's get_rank
 // and get_world_size), and its collectives do nothing, with a warning, and return a completed Work.
-ProcessGroupPtr new_group(const std::vector<int>& ranks,
+// No ranks (new_group(), torch's ranks=None) means every rank: a group of its own, with its own
+// control block and comm_name().
+ProcessGroupPtr new_group(const std::vector<int>& ranks = {},
                           std::chrono::milliseconds timeout = std::chrono::milliseconds{-1});
 // The group whose comm_name() is `name`; InvalidArgument when there is none.
 ProcessGroupPtr group_from_comm_name(const std::string& name);
@@ -111,13 +113,15 @@ class ProcessGroup {
   std::shared_ptr<Work> reduce_scatter_tensor_uneven(
       Tensor& output, const Tensor& input, const std::vector<int64_t>& input_split_sizes = {},
       ReduceOp op = ReduceOp::SUM, bool async_op = false);
-  // Even forms. The all-gather output is either the concatenation (N*d0, ...) or the stack
-  // (N, d0, ...) of the inputs.
+  // Even forms. The all-gather output holds N times the input's elements, rank r's input as
+  // its r-th contiguous block: the concatenation (N*d0, ...), the stack (N, d0, ...), or any
+  // other shape of that size, as torch and oneflow accept.
   std::shared_ptr<Work> all_gather_into_tensor(Tensor& output, const Tensor& input,
                                                bool async_op = false);
   std::shared_ptr<Work> reduce_scatter_tensor(Tensor& output, const Tensor& input,
                                               ReduceOp op = ReduceOp::SUM, bool async_op = false);
-  // Into a list of per-rank tensors, whose dim 0 may differ between ranks.
+  // Into a list of per-rank tensors, whose sizes and shapes may differ between ranks: rank r's
+  // input lands in outputs[r], element by element (outputs[rank] has the input's size).
   std::shared_ptr<Work> all_gather(std::vector<Tensor>& outputs, const Tensor& input,
                                    bool async_op = false);
   std::shared_ptr<Work> all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::SUM,

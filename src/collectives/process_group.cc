@@ -54,13 +54,26 @@ void check_defined(const Tensor& tensor, const char* op, const char* what) {
     throw_undefined(op, what);
 }
 
+// c10d's ops beyond MAX, by their RedOpType values: named in the error, since a value cast from
+// torch's enum is how they reach shmccl.
+[[noreturn]] void throw_invalid_reduce_op(const OpPlan& plan) {
+  static constexpr const char* kC10dNames[] = {"BAND", "BOR", "BXOR", "PREMUL_SUM"};
+  const int value = static_cast<int>(plan.reduce_op);
+  const int beyond = value - static_cast<int>(ReduceOp::MAX) - 1;
+  const std::string which =
+      beyond >= 0 && beyond < 4
+          ? detail::concat("c10d's ReduceOp.", kC10dNames[beyond], ", which shmccl does not have; ")
+          : std::string();
+  throw InvalidArgument(detail::concat(plan.name, ": invalid reduce op ", value, " (", which,
+                                       "ReduceOp is SUM, PRODUCT, MIN, MAX or AVG)"));
+}
+
 // An op the enum does not name (a cast from an integer) must fail here, on its rank alone, not
 // in the reduction kernel once every rank has arrived. Then torch's check and text: the average
 // of booleans is no boolean.
 void check_reduce_op(const OpPlan& plan) {
-  SHMCCL_CHECK_ARG(static_cast<unsigned>(plan.reduce_op) <= static_cast<unsigned>(ReduceOp::MAX),
-                   plan.name, ": invalid reduce op ", static_cast<int>(plan.reduce_op),
-                   " (ReduceOp is SUM, PRODUCT, MIN, MAX or AVG)");
+  if (static_cast<unsigned>(plan.reduce_op) > static_cast<unsigned>(ReduceOp::MAX)) [[unlikely]]
+    throw_invalid_reduce_op(plan);
   SHMCCL_CHECK_ARG(!(plan.reduce_op == ReduceOp::AVG && plan.dtype == kBool), plan.name,
                    ": Cannot use ReduceOp.AVG with boolean inputs");
 }
@@ -462,16 +475,16 @@ std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor(Tensor& output, const
   check_defined(input, plan.name, "input");
   check_same_type(output, input);
   const int n = size();
-  const auto& in = input.sizes();
-  const auto& out = output.sizes();
-  const bool concat_form =
-      in.size() >= 1 && out.size() == in.size() && out[0] == n * in[0] && same_trailing(out, in);
-  bool stack_form = out.size() == in.size() + 1 && out[0] == n;
-  for (size_t d = 0; stack_form && d < in.size(); ++d)
-    stack_form = out[d + 1] == in[d];
-  SHMCCL_CHECK_ARG(concat_form || stack_form, plan.name, ": output shape ", out,
-                   " is neither the concatenation nor the stack of ", n, " inputs of shape ", in);
-  // Both forms have the same bytes: rank r's input is the r-th contiguous block.
+  // As torch's and oneflow's: only the element count is checked. The concatenation (N*d0, ...),
+  // the stack (N, d0, ...) and any other shape of that many elements (oneflow's own example
+  // gathers (2, 3) inputs into a (2, 3, 2) output) hold the same bytes: rank r's input is the
+  // r-th contiguous block.
+  SHMCCL_CHECK_ARG(output.numel() == n * input.numel(), plan.name,
+                   ": output tensor size must be equal to world_size times input tensor size: "
+                   "the output has shape ",
+                   output.sizes(), " (", output.numel(), " elements), not ", n,
+                   " times the input's ", input.numel(), " (shape ", input.sizes(),
+                   "); it may be their concatenation (N*d0, ...) or stack (N, d0, ...)");
   plan.num_splits = n;
   for (int r = 0; r < n; ++r)
     plan.splits[static_cast<size_t>(r)] = input.numel();
@@ -527,16 +540,14 @@ std::shared_ptr<Work> ProcessGroup::all_gather(std::vector<Tensor>& outputs, con
   const int n = size();
   SHMCCL_CHECK_ARG(static_cast<int>(outputs.size()) == n, plan.name, ": expected ", n,
                    " output tensors (one per rank), got ", outputs.size());
-  const bool rows = input.dim() >= 1;
   plan.num_splits = n;
   for (int r = 0; r < n; ++r) {
     const Tensor& output = outputs[static_cast<size_t>(r)];
     check_defined(output, plan.name, "output");
     check_same_type(output, input);
-    SHMCCL_CHECK_ARG(same_trailing(output.sizes(), input.sizes()), plan.name, ": output ", r,
-                     " has shape ", output.sizes(), ", which does not match the input shape ",
-                     input.sizes(), " outside dim 0");
-    plan.splits[static_cast<size_t>(r)] = rows ? output.size(0) : 1;
+    // Each rank's block is its elements, whatever its shape: ranks may gather [1, L_r] rows or
+    // tensors of any shapes, as torch's all_gather takes them.
+    plan.splits[static_cast<size_t>(r)] = output.numel();
     // Outputs in one storage (views of one buffer, or one tensor twice) must not overlap.
     for (int earlier = 0; earlier < r; ++earlier) {
       if (output.storage() == outputs[static_cast<size_t>(earlier)].storage()) [[unlikely]] {
@@ -545,12 +556,12 @@ std::shared_ptr<Work> ProcessGroup::all_gather(std::vector<Tensor>& outputs, con
       }
     }
   }
-  SHMCCL_CHECK_ARG(outputs[static_cast<size_t>(rank())].sizes() == input.sizes(), plan.name,
+  SHMCCL_CHECK_ARG(outputs[static_cast<size_t>(rank())].numel() == input.numel(), plan.name,
                    ": this rank's output (", rank(), ") has shape ",
                    outputs[static_cast<size_t>(rank())].sizes(), " but the input has shape ",
-                   input.sizes());
+                   input.sizes(), "; they must have the same number of elements");
   plan.dtype = input.dtype();
-  plan.row_elements = rows ? product_of_trailing(input.sizes()) : 1;
+  plan.row_elements = 1;
   for (int r = 0; r < n; ++r) {  // the input may be this rank's own output, or apart from all
     const Tensor& output = outputs[static_cast<size_t>(r)];
     if (output.storage() != input.storage()) [[likely]]

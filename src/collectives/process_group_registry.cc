@@ -145,8 +145,11 @@ ProcessGroupPtr new_group(const std::vector<int>& ranks, std::chrono::millisecon
                    "destroy_process_group() and init_process_group() first");
   const int world_size = state.default_group->size();
   std::vector<int> members = ranks;
+  if (members.empty()) {  // torch's ranks=None
+    for (int r = 0; r < world_size; ++r)
+      members.push_back(r);
+  }
   std::sort(members.begin(), members.end());
-  SHMCCL_CHECK_ARG(!members.empty(), "new_group: the list of ranks is empty");
   SHMCCL_CHECK_ARG(std::adjacent_find(members.begin(), members.end()) == members.end(),
                    "new_group: duplicate ranks in ", ranks);
   SHMCCL_CHECK_ARG(members.front() >= 0 && members.back() < world_size, "new_group: ranks ", ranks,

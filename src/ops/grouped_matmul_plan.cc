@@ -38,14 +38,31 @@ ScalarType bias_dtype_for(ScalarType dtype) {
   return dtype == kFloat16 ? kFloat16 : kFloat32;
 }
 
+// The reference's text for the counts of x, weight and group_list under `split_item` (its
+// _check_dims); shmccl's own detail follows it.
+const char* count_rule(int64_t split_item) {
+  switch (split_item) {
+    case 0:
+    case 2:
+      return "When split_item = 0 or 2, the num of x tensors must equal the num of weight tensors, "
+             "and there is supposed not to be group_list input";
+    case 1:
+      return "When split_item = 1, the num of x tensors must equal 1, and the num of weight "
+             "tensors is supposed to equal the length of group_list";
+    default:
+      return "Invalid dim of weight. When split_item = 3, weight is a list of 2-D tensors as long "
+             "as group_list, or one 3-D tensor whose first dim equals the length of group_list";
+  }
+}
+
 // Row ranges of the groups of a split x, from group_list.
 std::vector<int64_t> group_rows(const GroupedMatmulArgs& args, size_t group_num, int64_t rows) {
   const char* op = args.op;
-  SHMCCL_CHECK_ARG(!args.group_list.empty(), op, ": split_item ", args.split_item,
-                   " splits x by group_list, which must not be empty");
-  SHMCCL_CHECK_ARG(args.group_list.size() == group_num, op, ": group_list has ",
-                   args.group_list.size(), " elements but there are ", group_num,
-                   " weights; they must be equal");
+  SHMCCL_CHECK_ARG(!args.group_list.empty(), op, ": ", count_rule(args.split_item), ": split_item ",
+                   args.split_item, " splits x by group_list, which must not be empty");
+  SHMCCL_CHECK_ARG(args.group_list.size() == group_num, op, ": ", count_rule(args.split_item),
+                   ": group_list has ", args.group_list.size(), " elements but there are ",
+                   group_num, " weights; they must be equal");
   std::vector<int64_t> counts(group_num);
   int64_t previous_end = 0;
   int64_t total = 0;
@@ -119,16 +136,21 @@ GroupedMatmulPlan plan_grouped_matmul(const GroupedMatmulArgs& args) {
   const size_t group_num = weights.size();
 
   if (split_x) {
+    // (The reference has no text of its own for split_item 3's x count: the plain one.)
+    if (args.split_item == 1) {
+      SHMCCL_CHECK_ARG(args.x.size() == 1, op, ": ", count_rule(1), ": split_item 1 takes x as ",
+                       "one tensor split by group_list, but x has ", args.x.size(), " tensors");
+    }
     SHMCCL_CHECK_ARG(args.x.size() == 1, op, ": split_item ", args.split_item,
                      " takes x as one tensor split by group_list, but x has ", args.x.size(),
                      " tensors");
   } else {
-    SHMCCL_CHECK_ARG(args.x.size() == group_num, op, ": split_item ", args.split_item,
-                     " takes one x per weight, but x has ", args.x.size(), " tensors and weight ",
-                     group_num);
-    SHMCCL_CHECK_ARG(args.group_list.empty(), op, ": group_list must be empty when split_item is ",
-                     args.split_item, " (x is already one tensor per group), got ",
-                     args.group_list);
+    SHMCCL_CHECK_ARG(args.x.size() == group_num, op, ": ", count_rule(args.split_item),
+                     ": split_item ", args.split_item, " takes one x per weight, but x has ",
+                     args.x.size(), " tensors and weight ", group_num);
+    SHMCCL_CHECK_ARG(args.group_list.empty(), op, ": ", count_rule(args.split_item),
+                     ": group_list must be empty when split_item is ", args.split_item,
+                     " (x is already one tensor per group), got ", args.group_list);
   }
   SHMCCL_CHECK_ARG(args.bias.empty() || args.bias.size() == group_num, op, ": bias has ",
                    args.bias.size(), " tensors but weight has ", group_num,

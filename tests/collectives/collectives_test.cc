@@ -242,6 +242,14 @@ TEST_P(CollectivesTest, EvenFormsConcatStackAndList) {
       Tensor stack = zeros({n, rows, 3}, kInt64).npu();
       all_gather_into_tensor(stack, input);
       require_close(stack, expected.reshape({n, rows, 3}), "stack form");
+      // Any shape of N times the input's elements, as torch and oneflow take it: oneflow's own
+      // "stack" example gathers (2, 3) inputs into (2, 3, 2); a flat output too.
+      Tensor other_shape = zeros({n, 3, rows}, kInt64).npu();
+      all_gather_into_tensor(other_shape, input);
+      require_close(other_shape, expected.reshape({n, 3, rows}), "an output of another shape");
+      Tensor flat = zeros({n * rows * 3}, kInt64).npu();
+      all_gather_into_tensor(flat, input);
+      require_close(flat, expected, "a flat output");
 
       // The list form with per-rank sizes that differ: rank r contributes r + 1 rows.
       Tensor mine = full({ctx.rank + 1, 2}, ctx.rank, kFloat32);
@@ -251,6 +259,20 @@ TEST_P(CollectivesTest, EvenFormsConcatStackAndList) {
       all_gather(outputs, mine);
       for (int r = 0; r < n; ++r)
         require_close(outputs[r], full({r + 1, 2}, r, kFloat32), "list");
+      // Shapes that differ beyond dim 0 (token rows [1, L_r]): each rank's block is its
+      // elements, in order.
+      Tensor tokens = (arange(ctx.rank + 3, kInt32) + full({ctx.rank + 3}, 100 * ctx.rank, kInt32))
+                          .reshape({1, ctx.rank + 3})
+                          .npu();
+      std::vector<Tensor> token_rows;
+      for (int r = 0; r < n; ++r)
+        token_rows.push_back(zeros({1, r + 3}, kInt32).npu());
+      all_gather(token_rows, tokens);
+      for (int r = 0; r < n; ++r) {
+        require_close(token_rows[r],
+                      (arange(r + 3, kInt32) + full({r + 3}, 100 * r, kInt32)).reshape({1, r + 3}),
+                      str("list of [1, L_r] rows, rank ", r));
+      }
 
       // Every element of every rank's input differs, so rows taken from the wrong rank's chunk
       // or in the wrong order differ from the reference.
@@ -600,6 +622,35 @@ TEST_P(CollectivesTest, SubGroupsLiveTogether) {
     const int root = ctx.rank % 2 ? odds.back() : evens.back();
     broadcast(b, root, mine);
     require_close(b, full({4}, root, kInt32), "broadcast with a global src in a sub-group");
+    // The method takes a rank of the group (c10d's rootRank): the same root, by its group rank.
+    Tensor c = full({4}, ctx.rank, kInt32).npu();
+    mine->broadcast(c, mine->size() - 1);
+    require_close(c, full({4}, root, kInt32), "the method's broadcast with a group src");
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+}
+
+// new_group() (torch's ranks=None): every rank, in a group of its own. Its async all-reduce is
+// in flight while the default group runs one, so the two must not share a control block.
+TEST_P(CollectivesTest, NewGroupWithoutRanksHoldsEveryRank) {
+  auto results = testing::run_ranks(GetParam(), [](const testing::RankContext& ctx) {
+    npu::set_device(ctx.rank % npu::device_count());
+    ctx.init();
+    const ProcessGroupPtr everyone = new_group();
+    require(everyone->is_member() && everyone->size() == ctx.world && everyone->rank() == ctx.rank,
+            str("new_group(): rank ", everyone->rank(), " of ", everyone->size()));
+    require(everyone != default_group() && everyone->comm_name() != default_group()->comm_name(),
+            "new_group() is a group of its own");
+    require(group_from_comm_name(everyone->comm_name()) == everyone, "its comm_name resolves");
+    Tensor mine = full({8}, ctx.rank + 1, kInt64).npu();
+    Tensor other = full({8}, 10 * (ctx.rank + 1), kInt64).npu();
+    std::shared_ptr<Work> work = everyone->all_reduce(mine, ReduceOp::SUM, /*async_op=*/true);
+    all_reduce(other);
+    work->wait();
+    const int64_t sum = ctx.world * (ctx.world + 1) / 2;
+    require(mine.cpu().to_vector<int64_t>() == std::vector<int64_t>(8, sum), "its all_reduce");
+    require(other.cpu().to_vector<int64_t>() == std::vector<int64_t>(8, 10 * sum),
+            "the default group's all_reduce meanwhile");
   });
   EXPECT_TRUE(testing::all_ranks_succeeded(results));
 }

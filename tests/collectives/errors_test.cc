@@ -120,6 +120,15 @@ TEST(CollectiveErrorsTest, ArgumentErrorsHaveTheReferenceTextsAndLeaveTheGroupUs
         Tensor gathered = zeros({4}, kInt32).npu();
         Tensor two_floats = zeros({2}, kFloat32).npu();
         require_error([&] { all_gather_into_tensor(gathered, two_floats); }, same_type);
+        // The even forms check element counts only, as torch's do (any shape of that size).
+        Tensor five = zeros({5}, kInt32).npu();
+        require_error(
+            [&] { all_gather_into_tensor(five, zeros({2}, kInt32).npu()); },
+            "all_gather_into_tensor: output tensor size must be equal to world_size times input "
+            "tensor size: the output has shape [5] (5 elements), not 2 times the input's 2");
+        require_error([&] { reduce_scatter_tensor(five, zeros({9}, kInt32).npu()); },
+                      "reduce_scatter_tensor: the input has 9 elements (shape [9]); expected 2 "
+                      "times the output's 5 (shape [5])");
         Tensor four_floats = zeros({4}, kFloat32).npu();
         Tensor two_ints = zeros({2}, kInt32).npu();
         require_error([&] { reduce_scatter_tensor(two_ints, four_floats); }, same_type);
@@ -139,10 +148,15 @@ TEST(CollectiveErrorsTest, ArgumentErrorsHaveTheReferenceTextsAndLeaveTheGroupUs
         Tensor values = ones({4}, kInt32).npu();
         require_error([&] { all_reduce(values, static_cast<ReduceOp>(9)); },
                       "all_reduce: invalid reduce op 9");
-        // c10d's BAND (5), the first of its ops that shmccl does not have.
+        // c10d's ops that shmccl does not have are named (5-8: BAND, BOR, BXOR, PREMUL_SUM).
+        require_error([&] { all_reduce(values, static_cast<ReduceOp>(5)); },
+                      "all_reduce: invalid reduce op 5 (c10d's ReduceOp.BAND, which shmccl does "
+                      "not have; ReduceOp is SUM, PRODUCT, MIN, MAX or AVG)");
+        require_error([&] { all_reduce(values, static_cast<ReduceOp>(8)); },
+                      "all_reduce: invalid reduce op 8 (c10d's ReduceOp.PREMUL_SUM, which shmccl");
         require_error(
-            [&] { all_reduce(values, static_cast<ReduceOp>(5)); },
-            "all_reduce: invalid reduce op 5 (ReduceOp is SUM, PRODUCT, MIN, MAX or AVG)");
+            [&] { all_reduce(values, static_cast<ReduceOp>(9)); },
+            "all_reduce: invalid reduce op 9 (ReduceOp is SUM, PRODUCT, MIN, MAX or AVG)");
         require_error(
             [&] {
               Tensor half = zeros({2}, kInt32).npu();

@@ -485,11 +485,27 @@ TEST_F(GroupedMatmulSingleRank, EveryConstraintHasAClearError) {
   V many(65, t({1, 4}));
   V many_w(65, t({4, 4}));
   EXPECT_TRUE(has(call(many, many_w), "x has 65 elements; at most 64 are supported"));
-  // x count vs split_item.
-  EXPECT_TRUE(has(call({t({4, 4}), t({4, 4})}, {t({4, 4})}), "takes one x per weight"));
+  // x count vs split_item, with the reference's texts first.
+  const std::string rule_0_2 =
+      "When split_item = 0 or 2, the num of x tensors must equal the num of weight tensors, and "
+      "there is supposed not to be group_list input: ";
+  const std::string rule_1 =
+      "When split_item = 1, the num of x tensors must equal 1, and the num of weight tensors is "
+      "supposed to equal the length of group_list: ";
+  EXPECT_TRUE(
+      has(call({t({4, 4}), t({4, 4})}, {t({4, 4})}), rule_0_2 + "split_item 0 takes one x"));
+  EXPECT_TRUE(has(call({t({4, 4}), t({4, 4})}, {t({4, 4})}, {.split_item = 2}),
+                  rule_0_2 + "split_item 2 takes one x"));
+  EXPECT_TRUE(has(call({t({4, 4})}, {t({4, 4})}, {.group_list = {4}, .split_item = 2}),
+                  rule_0_2 + "group_list must be empty when split_item is 2"));
+  EXPECT_TRUE(has(call({t({4, 4})}, {t({4, 4})}, {.split_item = 1}), rule_1));
+  EXPECT_TRUE(has(call({t({4, 4})}, {t({4, 4})}, {.group_list = {2, 4}, .split_item = 1}),
+                  rule_1 + "group_list has 2 elements"));
+  EXPECT_TRUE(has(call({t({4, 4})}, {t({4, 4}), t({4, 4})}, {.group_list = {4}, .split_item = 3}),
+                  "Invalid dim of weight. When split_item = 3"));
   EXPECT_TRUE(has(
       call({t({4, 4}), t({4, 4})}, {t({4, 4}), t({4, 4})}, {.group_list = {2, 4}, .split_item = 1}),
-      "takes x as one tensor split by group_list, but x has 2 tensors"));
+      rule_1 + "split_item 1 takes x as one tensor split by group_list, but x has 2 tensors"));
   // group_list present / absent, its length and its sum.
   EXPECT_TRUE(has(call({t({4, 4})}, {t({4, 4})}, {.group_list = {4}}),
                   "group_list must be empty when split_item is 0"));
