@@ -69,9 +69,12 @@ class Stream {
 // unless set_stream or a StreamGuard changed it.
 Stream current_stream(int device = -1);
 Stream default_stream(int device = -1);
+// Makes `stream` the calling thread's current stream of its device, and its device the current
+// device (as torch.npu.set_stream).
 void set_stream(const Stream& stream);
 
-// Makes `stream` the current stream of its device for the guard's scope.
+// set_stream(stream) for the guard's scope; then the previous current device, and the previous
+// current stream of the stream's device, come back (as c10::StreamGuard, torch.npu.stream()).
 class StreamGuard {
  public:
   explicit StreamGuard(const Stream& stream);
@@ -81,6 +84,7 @@ class StreamGuard {
 
  private:
   Stream previous_;
+  int previous_device_;
 };
 
 // A marker in a stream's work. An event that was never recorded counts as completed (as CUDA's).

@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "core/logging.h"
+#include "core/process_id.h"
 #include "shmccl/error.hpp"
 
 namespace shmccl::device {
@@ -185,7 +186,10 @@ struct CachingAllocator::State {
 };
 
 CachingAllocator::CachingAllocator(Arena& arena, bool caching)
-    : arena_(arena), caching_(caching), state_(std::make_unique<State>(arena)) {}
+    : arena_(arena),
+      caching_(caching),
+      owner_pid_(detail::current_pid()),
+      state_(std::make_unique<State>(arena)) {}
 
 CachingAllocator::~CachingAllocator() {
   if (!state_->live.empty()) {
@@ -228,6 +232,12 @@ void* CachingAllocator::allocate(size_t bytes) {
 
 void CachingAllocator::free(void* pointer) {
   if (pointer == nullptr) return;
+  // A fork child's tensors inherited from its parent: this is the child's copy of the parent's
+  // allocator, whose mutex a parent thread may have held at the fork, and the arena's memory is
+  // the parent's (shared): releasing a segment would punch a hole into the parent's live
+  // tensors. The child leaves the block alone (the child gets a device state of its own).
+  if (detail::current_pid() != owner_pid_) [[unlikely]]
+    return;
   State& state = *state_;
   std::lock_guard<std::mutex> lock(state.mutex);
   auto it = state.live.find(pointer);

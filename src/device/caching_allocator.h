@@ -13,6 +13,8 @@
 // the committed segments.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -38,6 +40,7 @@ class CachingAllocator {
   // Returns a 512-byte aligned block of at least `bytes` inside the arena; nullptr for 0 bytes.
   void* allocate(size_t bytes);
   // Returns a block from allocate(). nullptr is ignored; any other foreign pointer is an Error.
+  // In a process forked after the allocator was made it does nothing (see free()).
   void free(void* pointer);
   // Releases wholly free segments back to the arena.
   void empty_cache();
@@ -54,6 +57,7 @@ class CachingAllocator {
   struct State;
   Arena& arena_;
   const bool caching_;
+  const pid_t owner_pid_;  // free() in a fork child (its inherited tensors) leaves blocks alone
   std::unique_ptr<State> state_;
 };
 

@@ -272,17 +272,24 @@ Stream current_stream(int device) {
   return Stream(device::thread_current_stream(device::resolve_device(device)));
 }
 
+// As torch.npu.set_stream (and torch.cuda's): the stream's device becomes the current device too,
+// so that what follows (factories, .npu(), Event::record()) lands where the stream runs.
 void set_stream(const Stream& stream) {
   SHMCCL_CHECK_ARG(stream.impl() != nullptr, "set_stream() of an empty stream");
   device::set_thread_stream(stream.device(), stream.impl());
+  device::t_current_device = stream.device();
 }
 
-StreamGuard::StreamGuard(const Stream& stream) : previous_(current_stream(stream.device())) {
+// As c10's StreamGuard: the previous device, and the previous stream of the stream's device,
+// come back at the end of the scope.
+StreamGuard::StreamGuard(const Stream& stream)
+    : previous_(current_stream(stream.device())), previous_device_(current_device()) {
   set_stream(stream);
 }
 
 StreamGuard::~StreamGuard() {
   device::set_thread_stream(previous_.device(), previous_.impl());
+  device::t_current_device = previous_device_;
 }
 
 void synchronize(int device) {
@@ -303,16 +310,13 @@ void synchronize(int device) {
     }
   }
   // Every stream, also past one whose work failed: the caller may free or reuse tensors once
-  // this returns or throws. The first error is thrown after the last stream is idle.
-  std::exception_ptr first_error;
+  // this returns or throws. Then one stream's error is thrown (and cleared); the others stay
+  // stored, for their stream's next synchronize() or this function's next call: never lost.
+  for (const auto& stream : streams)
+    stream->wait_idle();
   for (const auto& stream : streams) {
-    try {
-      stream->synchronize();
-    } catch (...) {
-      if (!first_error) first_error = std::current_exception();
-    }
+    if (std::exception_ptr error = stream->take_error()) std::rethrow_exception(error);
   }
-  if (first_error) std::rethrow_exception(first_error);
 }
 
 MemoryStats memory_stats(int device) {

@@ -495,6 +495,21 @@ bool StreamImpl::synchronize_for(std::chrono::nanoseconds timeout) {
   return finished;
 }
 
+void StreamImpl::wait_idle() {
+  State& s = *state_;
+  SHMCCL_CHECK_ARG(t_running_stream != &s, "npu:", device_, " stream ", id_,
+                   " synchronize() called from one of its own tasks: it would wait for itself");
+  check_usable();
+  std::unique_lock<std::mutex> lock(s.mutex);
+  wait_completed_locked(lock, s.enqueued, std::chrono::steady_clock::time_point::max());
+}
+
+std::exception_ptr StreamImpl::take_error() {
+  check_usable();
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return std::exchange(state_->error, nullptr);
+}
+
 void StreamImpl::record(const std::shared_ptr<EventState>& event) {
   check_usable();
   State& s = *state_;
@@ -517,16 +532,24 @@ void StreamImpl::record(const std::shared_ptr<EventState>& event) {
   // `raw` stays valid while the marker runs: the worker or a helper runs it, and each holds a
   // reference to the State.
   State* raw = &s;
-  const bool wake = push_locked(
-      [raw, event = event, generation] {  // not [event]: a const member, copied by each move
-        std::exception_ptr stream_error;
-        {
-          std::lock_guard<std::mutex> stream_lock(raw->mutex);
-          stream_error = raw->error;  // work queued before the record failed
-        }
-        complete_generation(*event, generation, stream_error);
-      },
-      /*ticket=*/nullptr, /*marker=*/true);
+  bool wake = false;
+  try {
+    wake = push_locked(
+        [raw, event = event, generation] {  // not [event]: a const member, copied by each move
+          std::exception_ptr stream_error;
+          {
+            std::lock_guard<std::mutex> stream_lock(raw->mutex);
+            stream_error = raw->error;  // work queued before the record failed
+          }
+          complete_generation(*event, generation, stream_error);
+        },
+        /*ticket=*/nullptr, /*marker=*/true);
+  } catch (...) {
+    // Not queued (no worker thread could start, or no memory): the generation must not stay
+    // pending, or every wait for it would wait forever. It completes with this error.
+    complete_generation(*event, generation, std::current_exception());
+    throw;
+  }
   lock.unlock();
   if (wake) s.work_cv.notify_one();
 }

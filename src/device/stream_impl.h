@@ -119,6 +119,10 @@ class StreamImpl {
   // Like synchronize() but with a deadline: false on timeout. A stored error is rethrown (and
   // cleared) whether or not the deadline passed.
   bool synchronize_for(std::chrono::nanoseconds timeout);
+  // Waits until everything queued so far has run, leaving a stored error stored.
+  void wait_idle();
+  // Returns the stored error and clears it (null when there is none). Never waits.
+  std::exception_ptr take_error();
 
   // Queues the completion of `event` (its record()). On an idle stream the event completes at
   // once, without a hand-off.

@@ -24,4 +24,9 @@ void launch(const Device& device, std::function<void()> work);
 // the stream is idle). For the CPU, just runs it.
 void run_ordered(const Device& device, const std::function<void()>& work);
 
+// run_ordered for a read of device memory by the host: then an error that work on the stream
+// stored is thrown (and cleared), as torch's .cpu() raises a failed kernel's error: the values
+// read may be what the failed work left undone.
+void read_ordered(const Device& device, const std::function<void()>& work);
+
 }  // namespace shmccl::device

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "core/logging.h"
 #include "core/tensor_shape.h"
 #include "device/device_context.h"
 #include "device/kernels.h"
@@ -22,8 +23,14 @@ void free_host(void* data, void* /*context*/) {
   std::free(data);
 }
 
-void free_device(void* data, void* context) {
-  static_cast<CachingAllocator*>(context)->free(data);
+// Runs in ~Storage, which must not throw: a failure to give memory back (a refused hole punch)
+// is logged, and the memory stays with the process.
+void free_device(void* data, void* context) noexcept {
+  try {
+    static_cast<CachingAllocator*>(context)->free(data);
+  } catch (const std::exception& error) {
+    SHMCCL_WARN(kDevice, "freeing NPU memory at ", data, " failed: ", error.what());
+  }
 }
 
 }  // namespace
@@ -60,6 +67,17 @@ void run_ordered(const Device& device, const std::function<void()>& work) {
   } else {
     current_stream_impl(device.index).run_sync(work);
   }
+}
+
+void read_ordered(const Device& device, const std::function<void()>& work) {
+  if (device.is_cpu()) {
+    work();
+    return;
+  }
+  npu::detail::StreamImpl& stream = current_stream_impl(device.index);
+  stream.run_sync(work);
+  if (std::exception_ptr error = stream.take_error()) [[unlikely]]
+    std::rethrow_exception(error);
 }
 
 }  // namespace device
@@ -235,7 +253,7 @@ Tensor& Tensor::copy_(const Tensor& source, bool non_blocking) {
     if (non_blocking) {
       device::launch(from, work);
     } else {
-      device::run_ordered(from, work);
+      device::read_ordered(from, work);
     }
   } else if (from.is_cpu()) {
     // host -> device: synchronous for pageable host memory, unless non_blocking.
@@ -343,7 +361,7 @@ Tensor Tensor::clone() const {
 void Tensor::copy_to_host(void* destination) const {
   if (nbytes() == 0) return;
   const Tensor source = *this;
-  device::run_ordered(device(), [&] { std::memcpy(destination, source.data_ptr(), nbytes()); });
+  device::read_ordered(device(), [&] { std::memcpy(destination, source.data_ptr(), nbytes()); });
 }
 
 double Tensor::item_as_double(int64_t flat_index) const {
@@ -352,7 +370,7 @@ double Tensor::item_as_double(int64_t flat_index) const {
   uint64_t bytes = 0;
   const size_t offset = static_cast<size_t>(flat_index) * element_size();
   const Tensor source = *this;
-  device::run_ordered(device(), [&] {
+  device::read_ordered(device(), [&] {
     std::memcpy(&bytes, static_cast<const char*>(source.data_ptr()) + offset, element_size());
   });
   double value = 0;

@@ -693,36 +693,46 @@ TEST(CollectiveErrorsTest, PeersStillWaitingInACallThatALeavingRankFinishedEarly
 TEST(CollectiveErrorsTest, AFailedAsyncCollectiveSurfacesAtTheSynchronizedStream) {
   for (int world : {2, 3}) {
     for (const bool synchronize_first : {true, false}) {
-      const testing::TokenPipe ordered;
-      auto results = testing::run_ranks(world, [&](const testing::RankContext& ctx) {
-        npu::set_device(ctx.rank % 8);
-        ctx.init(20000);
-        Tensor tensor = full({1000}, 1, ctx.rank == 0 ? kFloat32 : kInt32).npu();
-        if (ctx.rank != 0) require(ordered.wait(), "rank 0 did not issue its call");
-        std::shared_ptr<Work> work = all_reduce(tensor, ReduceOp::SUM, nullptr, /*async_op=*/true);
-        if (ctx.rank == 0) {
-          if (synchronize_first) work->synchronize();  // still pending: the others wait for this
-          ordered.post(ctx.world - 1);
-          try {
-            work->wait();
-          } catch (const RemoteError&) {
+      for (const bool read_on_host : {false, true}) {
+        const testing::TokenPipe ordered;
+        auto results = testing::run_ranks(world, [&](const testing::RankContext& ctx) {
+          npu::set_device(ctx.rank % 8);
+          ctx.init(20000);
+          Tensor tensor = full({1000}, 1, ctx.rank == 0 ? kFloat32 : kInt32).npu();
+          if (ctx.rank != 0) require(ordered.wait(), "rank 0 did not issue its call");
+          std::shared_ptr<Work> work =
+              all_reduce(tensor, ReduceOp::SUM, nullptr, /*async_op=*/true);
+          if (ctx.rank == 0) {
+            if (synchronize_first) work->synchronize();  // still pending: the others wait for this
+            ordered.post(ctx.world - 1);
+            try {
+              work->wait();
+            } catch (const RemoteError&) {
+            }
+            if (!synchronize_first) work->synchronize();  // already failed
+          } else {
+            work->synchronize();
           }
-          if (!synchronize_first) work->synchronize();  // already failed
-        } else {
-          work->synchronize();
-        }
-        try {
-          npu::current_stream().synchronize();
-          throw testing::RequirementFailed(
-              str("rank ", ctx.rank, ": the stream synchronised without the error"));
-        } catch (const RemoteError& error) {
-          require(std::string(error.what()).find("mismatch") != std::string::npos, error.what());
-        }
-        npu::synchronize();  // reported once
-        require(!work->is_success() && work->exception() != nullptr, "the Work succeeded");
-      });
-      EXPECT_TRUE(testing::all_ranks_succeeded(results))
-          << world << " ranks, synchronize first: " << synchronize_first;
+          try {
+            // A host read of the tensor is a synchronisation too (as torch's .cpu()): it must not
+            // hand back the values the failed collective left unreduced.
+            if (read_on_host) {
+              tensor.cpu();
+            } else {
+              npu::current_stream().synchronize();
+            }
+            throw testing::RequirementFailed(
+                str("rank ", ctx.rank, ": the stream synchronised without the error"));
+          } catch (const RemoteError& error) {
+            require(std::string(error.what()).find("mismatch") != std::string::npos, error.what());
+          }
+          npu::synchronize();  // reported once
+          require(!work->is_success() && work->exception() != nullptr, "the Work succeeded");
+        });
+        EXPECT_TRUE(testing::all_ranks_succeeded(results))
+            << world << " ranks, synchronize first: " << synchronize_first
+            << ", read on the host: " << read_on_host;
+      }
     }
   }
 }

@@ -6,6 +6,8 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstring>
@@ -54,6 +56,34 @@ TEST_F(CachingAllocatorTest, ZeroBytesAndNullptr) {
   EXPECT_EQ(stats.num_allocs, 0u);
   EXPECT_EQ(stats.num_frees, 0u);
   EXPECT_EQ(stats.reserved_bytes, 0u);
+}
+
+// A fork child that drops the tensors it inherited frees into its copy of the parent's
+// allocator. Without caching that used to give the segment back to the arena, which the two
+// processes share: the hole punched into it zeroed the parent's live tensor.
+TEST(CachingAllocatorForkTest, AForkChildsFreeLeavesTheParentsBlocksAlone) {
+  Arena arena{0, 64 * kMiB};
+  CachingAllocator allocator{arena, /*caching=*/false};
+  const uint64_t bytes = 4 * kMiB;  // a segment of its own
+  void* block = allocator.allocate(bytes);
+  std::memset(block, 7, bytes);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    allocator.free(block);
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  const char* bytes_of_block = as_bytes(block);
+  uint64_t changed = 0;
+  for (uint64_t i = 0; i < bytes; ++i)
+    changed += bytes_of_block[i] != 7;
+  EXPECT_EQ(changed, 0u) << "the child's free changed the parent's block";
+  EXPECT_EQ(allocator.stats().allocated_bytes, bytes);
+  allocator.free(block);
+  EXPECT_EQ(allocator.stats().reserved_bytes, 0u);
 }
 
 TEST_F(CachingAllocatorTest, BlocksAre512ByteAlignedAndInsideTheArena) {

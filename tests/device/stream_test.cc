@@ -5,6 +5,7 @@
 // timed waits are bounded probes that something has NOT happened yet.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -22,6 +23,7 @@
 #include "device/stream_impl.h"
 #include "shmccl/error.hpp"
 #include "shmccl/npu.hpp"
+#include "shmccl/tensor.hpp"
 
 namespace shmccl::npu {
 namespace {
@@ -279,17 +281,57 @@ TEST(StreamImplTest, DeviceSynchronizeWaitsForEveryStreamPastAFailedOne) {
   failing.impl()->enqueue([] { throw std::runtime_error("failed task"); });
   failing.impl()->enqueue([] {});
   Gate gate;
-  std::atomic<bool> busy_done{false};
   busy.impl()->enqueue(gate.task());
-  busy.impl()->enqueue([&] { busy_done = true; });
-  // Opens the gate only after synchronize() had time to return early, were it to.
-  std::thread opener([&] {
-    std::this_thread::sleep_for(kProbe);
-    gate.open();
-  });
-  EXPECT_THROW(synchronize(0), std::runtime_error);
-  EXPECT_TRUE(busy_done.load()) << "synchronize() threw while another stream still ran";
-  opener.join();
+  std::future<void> synchronized = std::async(std::launch::async, [] { synchronize(0); });
+  EXPECT_EQ(synchronized.wait_for(kProbe), std::future_status::timeout)
+      << "synchronize() returned while another stream still ran";
+  gate.open();
+  EXPECT_THROW(synchronized.get(), std::runtime_error);
+  EXPECT_TRUE(busy.query());
+}
+
+// npu::synchronize() throws one stream's error; another's stays stored: the next call (or that
+// stream's own synchronize()) throws it. None is lost, none is thrown twice.
+TEST(StreamImplTest, DeviceSynchronizeKeepsTheOtherStreamsErrors) {
+  Stream first(0);
+  Stream second(0);
+  first.impl()->enqueue([] { throw std::runtime_error("first failed"); });
+  second.impl()->enqueue([] { throw std::runtime_error("second failed"); });
+  std::vector<std::string> thrown;
+  for (int call = 0; call < 2; ++call) {
+    try {
+      synchronize(0);
+      ADD_FAILURE() << "call " << call << " of synchronize() threw nothing";
+    } catch (const std::runtime_error& error) {
+      thrown.emplace_back(error.what());
+    }
+  }
+  std::sort(thrown.begin(), thrown.end());
+  EXPECT_EQ(thrown, (std::vector<std::string>{"first failed", "second failed"}));
+  EXPECT_NO_THROW(synchronize(0));
+  EXPECT_NO_THROW(first.synchronize());
+  EXPECT_NO_THROW(second.synchronize());
+}
+
+// A blocking read of device memory by the host (.cpu(), item(), to_vector()) is a synchronisation
+// of the current stream: an error of work queued there is thrown there, once, instead of the
+// values the failed work left behind.
+TEST(StreamImplTest, AHostReadThrowsTheErrorOfFailedStreamWork) {
+  set_device(0);
+  shmccl::Tensor tensor = shmccl::full({4}, 1, shmccl::kInt32).npu();
+  for (int read = 0; read < 3; ++read) {
+    current_stream().impl()->enqueue([] { throw std::runtime_error("the update failed"); });
+    try {
+      if (read == 0) tensor.cpu();
+      if (read == 1) tensor.item_as_double(0);
+      if (read == 2) tensor.to_vector<int32_t>();
+      ADD_FAILURE() << "read " << read << " returned the tensor";
+    } catch (const std::runtime_error& error) {
+      EXPECT_STREQ(error.what(), "the update failed");
+    }
+    EXPECT_NO_THROW(current_stream().synchronize()) << "thrown twice";
+    EXPECT_EQ(tensor.cpu().to_vector<int32_t>(), std::vector<int32_t>(4, 1));
+  }
 }
 
 TEST(StreamImplTest, SynchronizeForTimesOut) {
@@ -602,6 +644,35 @@ TEST(StreamTest, CurrentStreamLookupFollowsSetStreamAndGuards) {
   set_stream(default_stream(0));
   EXPECT_EQ(current(0), default0);
   EXPECT_THROW(current(1000), Error);
+}
+
+// As torch's set_stream and c10::StreamGuard: the stream's device becomes the current device, so an
+// event recorded (and a stream taken) without naming one is on the stream's device; the guard
+// gives the previous device and stream back.
+TEST(StreamImplTest, SetStreamAndTheGuardMakeTheStreamsDeviceCurrent) {
+  set_device(0);
+  Stream on_one(1);
+  Gate gate;
+  on_one.impl()->enqueue(gate.task());
+  Event event;
+  {
+    StreamGuard guard(on_one);
+    EXPECT_EQ(current_device(), 1);
+    EXPECT_EQ(current_stream(), on_one);
+    event.record();
+  }
+  EXPECT_EQ(current_device(), 0);
+  EXPECT_EQ(current_stream(1), default_stream(1));
+  EXPECT_FALSE(event.query()) << "recorded on device 0's stream instead of the guard's";
+  gate.open();
+  on_one.synchronize();
+  EXPECT_TRUE(event.query());
+
+  set_stream(on_one);
+  EXPECT_EQ(current_device(), 1);
+  EXPECT_EQ(current_stream(), on_one);
+  set_stream(default_stream(1));
+  set_device(0);
 }
 
 TEST(EventTest, RecordWithoutStreamUsesCurrentStream) {
