@@ -753,9 +753,13 @@ TEST(EventTest, ReRecordDoesNotAffectEarlierWait) {
   Stream b = make_stream(2);
   Stream c = make_stream(3);
   Gate gate_a;
+  Gate gate_b;
   Gate gate_c;
   a.impl()->enqueue(gate_a.task());
   c.impl()->enqueue(gate_c.task());
+  // b's wait runs only after the re-record below: it must still wait for generation 1 (the one
+  // current at the wait_event call), not read the event's generation when it runs.
+  b.impl()->enqueue(gate_b.task());
   Event event;
   event.record(a);  // generation 1, pending on a
   b.wait_event(event);
@@ -763,6 +767,7 @@ TEST(EventTest, ReRecordDoesNotAffectEarlierWait) {
   b.impl()->enqueue([&] { b_ran = true; });
   event.record(c);  // generation 2, pending on c
   EXPECT_FALSE(event.query());
+  gate_b.open();
 
   // Generation 2 completing does not release the wait on generation 1.
   gate_c.open();
@@ -783,21 +788,22 @@ TEST(EventTest, WaitCapturesGenerationAtCallTime) {
   Stream a = make_stream(1);
   Stream b = make_stream(2);
   Event event;
-  event.record(a);      // completes at once: a is idle
-  b.wait_event(event);  // nothing to wait for
+  Gate gate_b;
+  b.impl()->enqueue(gate_b.task());  // whatever wait_event queues runs after the re-record
+  event.record(a);                   // completes at once: a is idle
+  b.wait_event(event);               // nothing to wait for
   Gate gate;
   a.impl()->enqueue(gate.task());
   event.record(a);  // a later record must not block the earlier wait
-  std::atomic<bool> b_ran{false};
   std::promise<void> ran;
-  b.impl()->enqueue([&] {
-    b_ran = true;
-    ran.set_value();
-  });
-  ran.get_future().wait();
+  b.impl()->enqueue([&] { ran.set_value(); });
+  gate_b.open();
+  EXPECT_EQ(ran.get_future().wait_for(5s), std::future_status::ready)
+      << "b waited for the record made after its wait_event";
   EXPECT_FALSE(event.query());
   gate.open();
   event.synchronize();
+  b.synchronize();
 }
 
 TEST(EventTest, ElapsedTimeCoversWork) {

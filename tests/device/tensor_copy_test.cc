@@ -65,6 +65,23 @@ TEST(TensorCopyTest, ACopyBetweenNpusWaitsForTheSourcesPendingWrites) {
   EXPECT_TRUE(equal(copied.cpu(), full({1 << 16}, 3, kFloat32)));
 }
 
+// The copy runs on the destination's stream, after the writes queued there: a copy run on the
+// source's stream would land before the pending fill and be overwritten by it.
+TEST(TensorCopyTest, ACopyBetweenNpusComesAfterTheDestinationsPendingWrites) {
+  Tensor source = full({1 << 16}, 5, kFloat32, Device::npu(0));
+  Tensor copied = zeros({1 << 16}, kFloat32, Device::npu(1));
+  npu::synchronize(0);
+  npu::synchronize(1);
+  {
+    StreamGate held(1);
+    copied.fill_(9);
+    copied.copy_(source);
+  }
+  npu::synchronize(0);
+  npu::synchronize(1);
+  EXPECT_TRUE(equal(copied.cpu(), full({1 << 16}, 5, kFloat32)));
+}
+
 // A large copy goes through streaming stores front to back; a view shifted by one element would
 // repeat the first one. torch refuses it; so do we, naming the bytes.
 TEST(TensorCopyTest, PartlyOverlappingViewsAreRefused) {

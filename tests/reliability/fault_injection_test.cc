@@ -67,7 +67,21 @@ struct Report {
   int64_t error_at_ns;    // steady clock, when the error reached the rank (0: none)
   int64_t call_start_ns;  // when the failing call began
   int64_t failed_sequence;
+  int64_t fault_reached;  // the victim: 1 once it reached the trial's point at its sequence
 };
+
+// The victim's fault hook (a plain function: the hook takes no captures) marks its report when it
+// reaches the trial's point at the trial's sequence, just before SHMCCL_FAULT's action runs: the
+// fault fired where the trial asked for it.
+Report* g_victim_report = nullptr;
+Point g_fault_point = Point::kBeforeArrival;
+uint64_t g_fault_sequence = 0;
+
+void mark_fault_reached(Point point, uint64_t sequence) {
+  const Point expected = g_fault_point == Point::kBarrier ? Point::kBeforeArrival : g_fault_point;
+  if (g_victim_report != nullptr && point == expected && sequence == g_fault_sequence)
+    __atomic_store_n(&g_victim_report->fault_reached, 1, __ATOMIC_SEQ_CST);
+}
 
 // Whether some "ranks 1, 2, 3 have" or "rank 1 has" in `text` names `rank` (a rank that finished
 // early may wait for the victim and for survivors still stuck with it).
@@ -133,6 +147,12 @@ void run_rank(const testing::RankContext& ctx, const Trial& trial, const std::st
   const std::string fault = str(collectives::fault::point_name(trial.point), ":", trial.victim, ":",
                                 collectives::fault::action_name(trial.action), ":", trial.sequence);
   setenv("SHMCCL_FAULT", fault.c_str(), 1);
+  if (ctx.rank == trial.victim) {
+    g_victim_report = &report;
+    g_fault_point = trial.point;
+    g_fault_sequence = trial.sequence;
+    collectives::fault::set_hook(&mark_fault_reached);
+  }
   setenv("SHMCCL_CHUNK_BYTES", "16K", 1);  // pool collectives of several chunks per rank
   setenv("SHMCCL_TRACE_FILE", trace.c_str(), 1);
   if (std::getenv("FAULT_TEST_VERBOSE") == nullptr) setenv("SHMCCL_DEBUG", "NONE", 1);
@@ -196,11 +216,15 @@ void run_rank(const testing::RankContext& ctx, const Trial& trial, const std::st
                 str("expected an error in collective ", trial.sequence, " with '",
                     trial.survivors_fail_at_fault_with, "', got in ", call, ": ", text));
       }
-      // Every survivor wrote its flight recorder before the error reached it.
+      // Every survivor wrote its flight recorder before the error reached it, with the failed
+      // call as failed.
       const std::string recorded = read_file(str(trace, ".", ctx.rank));
-      require(recorded.find(str("seq=", call, " op=")) != std::string::npos &&
-                  recorded.find("state=failed") != std::string::npos,
-              "flight recorder: " + recorded);
+      const size_t entry = recorded.find(str("seq=", call, " op="));
+      const size_t entry_end = recorded.find('\n', entry);
+      require(
+          entry != std::string::npos &&
+              recorded.substr(entry, entry_end - entry).find("state=failed") != std::string::npos,
+          str("flight recorder (seq=", call, " should be failed): ", recorded));
       return;
     }
     if (call != closing_barrier) op.verify();  // collectives before the fault are correct
@@ -225,6 +249,9 @@ double run_trial(const Trial& trial) {
   std::filesystem::remove_all(directory);
 
   double worst = 0;
+  EXPECT_EQ(reports[trial.victim].fault_reached, 1)
+      << "the victim never reached " << collectives::fault::point_name(trial.point)
+      << " at sequence " << trial.sequence;
   for (const testing::RankResult& result : results) {
     if (result.rank == trial.victim) {
       switch (trial.action) {

@@ -70,9 +70,11 @@ TEST_F(FutexTest, WakeThroughAnotherMappingOfTheSamePage) {
   ShmSegment second = ShmSegment::open(segment_->name(), 4096);
   auto* other = static_cast<std::atomic<uint32_t>*>(second.data());
   ASSERT_NE(static_cast<void*>(other), static_cast<void*>(words_));
+  // Bounded waits: with private futexes the wakes below would never reach it, and the test must
+  // fail on `woken`, not hang in join().
   std::thread waiter([&] {
     while (words_[0].load(std::memory_order_acquire) == 0)
-      futex_wait(&words_[0], 0, -1ns);
+      futex_wait(&words_[0], 0, 100ms);
   });
   int woken = 0;
   for (int spins = 0; woken == 0 && spins < 1'000'000; ++spins) {

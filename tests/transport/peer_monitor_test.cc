@@ -307,7 +307,8 @@ TEST(PeerMonitor, DeathDetectionLatency) {
   std::printf("SIGKILL -> death callback: median %.1f us, max %.1f us over %d kills\n", median,
               worst, kRounds);
   RecordProperty("median_latency_us", std::to_string(median));
-  EXPECT_LT(worst, 1e6);
+  // (The worst is bounded by the 1 s wait above; that the monitor does not poll is
+  // TheThreadSleepsUntilADeathWhenPidfdsWork's check.)
   EXPECT_LT(median, 50e3) << "median far above the ~0.1 ms expected (a loaded machine?)";
 }
 

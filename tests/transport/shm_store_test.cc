@@ -12,7 +12,10 @@
 
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -166,18 +169,27 @@ TEST_F(ShmStoreTest, GetTimesOutNamingTheKey) {
   store->unlink();
 }
 
+// The parent sleeps in get() with a 60 s timeout; the child's set() must wake it at once. Without
+// the wake, get() would find the key only when its futex wait timed out, after 60 s.
 TEST_F(ShmStoreTest, BlockedGetIsWokenByAnotherProcess) {
-  auto store = open();
+  auto store = open(60s);
+  SharedArray<int64_t> set_at(1);  // steady_clock (CLOCK_MONOTONIC: one clock for both processes)
+  set_at[0] = 0;
   const pid_t self = ::getpid();
   const pid_t child = testing::fork_child([&] {
     auto mine = open();
     CHILD_CHECK(!mine->created());
     // Make sure the parent really sleeps in get(), so the futex wake path is what ends it.
     CHILD_CHECK(testing::wait_until_sleeping(self, "futex"));
+    set_at[0] = Clock::now().time_since_epoch().count();
     mine->set("late", "finally");
   });
   EXPECT_EQ(store->get("late"), "finally");
+  const auto returned = Clock::now();
   EXPECT_EQ(testing::wait_for_exit(child, 5s), 0);
+  ASSERT_NE(set_at[0], 0);
+  EXPECT_LT(returned - Clock::time_point(Clock::duration(set_at[0])), 5s)
+      << "get() was not woken by the set()";
   store->unlink();
 }
 
@@ -377,16 +389,44 @@ TEST_F(ShmStoreTest, CorruptTableIsAnErrorNotACrash) {
   store->set("k", "v");
   ShmSegment raw = ShmSegment::open(name(), ShmStore::segment_size());
   auto* bytes = static_cast<unsigned char*>(raw.data());
-  // Huge sizes in every entry: any use without a bounds check would read far out of bounds.
-  for (size_t offset = ShmStore::table_offset(); offset < raw.size();
-       offset += sizeof(ShmStoreEntry)) {
-    auto* entry = reinterpret_cast<ShmStoreEntry*>(bytes + offset);
-    if (entry->state == kEntryUsed) {
-      entry->key_size = 0xFFFFFFF0u;
-      entry->value_size = 0xFFFFFFF0u;
+  // A corrupt entry is named at once: not a key that is never found (a timeout).
+  store->set_timeout(100ms);
+  const auto corrupt_error = [&](const std::function<void()>& call) {
+    try {
+      call();
+    } catch (const TimeoutError& error) {
+      return std::string("a timeout: ") + error.what();
+    } catch (const Error& error) {
+      return std::string(error.what());
     }
+    return std::string("no error");
+  };
+  // A huge key size, then a huge value size, then both, in every entry: any use without its
+  // bounds check would read far out of bounds.
+  for (const auto& [huge_key, huge_value] : {std::pair{true, false}, {false, true}, {true, true}}) {
+    std::vector<std::pair<uint32_t, uint32_t>> saved;
+    for (size_t offset = ShmStore::table_offset(); offset < raw.size();
+         offset += sizeof(ShmStoreEntry)) {
+      auto* entry = reinterpret_cast<ShmStoreEntry*>(bytes + offset);
+      if (entry->state != kEntryUsed) continue;
+      saved.emplace_back(entry->key_size, entry->value_size);
+      if (huge_key) entry->key_size = 0xFFFFFFF0u;
+      if (huge_value) entry->value_size = 0xFFFFFFF0u;
+    }
+    ASSERT_EQ(saved.size(), 1u);
+    EXPECT_THAT(corrupt_error([&] { store->get("k"); }),
+                HasSubstr(huge_key ? "is corrupt: entry" : "and value size 4294967280"))
+        << "key size huge: " << huge_key << ", value size huge: " << huge_value;
+    if (huge_key && huge_value) break;  // left corrupt for what follows
+    for (size_t offset = ShmStore::table_offset(), i = 0; offset < raw.size();
+         offset += sizeof(ShmStoreEntry)) {
+      auto* entry = reinterpret_cast<ShmStoreEntry*>(bytes + offset);
+      if (entry->state != kEntryUsed) continue;
+      entry->key_size = saved[i].first;
+      entry->value_size = saved[i++].second;
+    }
+    EXPECT_EQ(store->get("k"), "v");
   }
-  EXPECT_THROW(store->get("k"), Error);
   std::memset(bytes + ShmStore::table_offset(), 0xFF, raw.size() - ShmStore::table_offset());
   EXPECT_THROW(store->get("k"), Error);
   EXPECT_THROW(store->set("other", "v"), Error);
