@@ -4,7 +4,8 @@
 // torch.cuda. Device memory lives in a per-process shared-memory arena per device, so other
 // processes of a job can map it (zero-copy collectives). Work on a stream runs asynchronously and
 // in order on the stream's worker thread; an exception thrown by such work is kept and rethrown at
-// the next synchronisation point (Stream::synchronize, Event::synchronize, npu::synchronize).
+// the next synchronisation point (Stream::synchronize, Event::synchronize, npu::synchronize, or a
+// blocking read of device memory by the host on that stream: Tensor::cpu(), to_vector(), item()).
 #pragma once
 
 #include <cstdint>

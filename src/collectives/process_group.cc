@@ -479,12 +479,14 @@ std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor(Tensor& output, const
   // the stack (N, d0, ...) and any other shape of that many elements (oneflow's own example
   // gathers (2, 3) inputs into a (2, 3, 2) output) hold the same bytes: rank r's input is the
   // r-th contiguous block.
-  SHMCCL_CHECK_ARG(output.numel() == n * input.numel(), plan.name,
-                   ": output tensor size must be equal to world_size times input tensor size: "
-                   "the output has shape ",
-                   output.sizes(), " (", output.numel(), " elements), not ", n,
-                   " times the input's ", input.numel(), " (shape ", input.sizes(),
-                   "); it may be their concatenation (N*d0, ...) or stack (N, d0, ...)");
+  SHMCCL_CHECK_ARG(
+      output.numel() == n * input.numel(), plan.name,
+      ": output tensor size must be equal to world_size times input tensor size: "
+      "the output has shape ",
+      output.sizes(), " (", output.numel(), " elements), not ", n, " times the input's ",
+      input.numel(), " (shape ", input.sizes(),
+      "); any shape of that size holds, such as the concatenation (N*d0, ...) or the stack "
+      "(N, d0, ...)");
   plan.num_splits = n;
   for (int r = 0; r < n; ++r)
     plan.splits[static_cast<size_t>(r)] = input.numel();

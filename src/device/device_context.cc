@@ -312,8 +312,15 @@ void synchronize(int device) {
   // Every stream, also past one whose work failed: the caller may free or reuse tensors once
   // this returns or throws. Then one stream's error is thrown (and cleared); the others stay
   // stored, for their stream's next synchronize() or this function's next call: never lost.
-  for (const auto& stream : streams)
-    stream->wait_idle();
+  std::exception_ptr refused;  // a wait that cannot be (called from one of the streams' tasks)
+  for (const auto& stream : streams) {
+    try {
+      stream->wait_idle();
+    } catch (...) {
+      if (!refused) refused = std::current_exception();
+    }
+  }
+  if (refused) std::rethrow_exception(refused);
   for (const auto& stream : streams) {
     if (std::exception_ptr error = stream->take_error()) std::rethrow_exception(error);
   }

@@ -346,8 +346,12 @@ bool StreamImpl::push_locked(StreamTask task, uint64_t* ticket, bool marker, boo
     const shmccl::detail::ScopedSignalBlock no_signals;  // the application's signals are not ours
     s.worker = std::thread([state = state_] { worker_loop(state); });
   }
+  // The slot first: a bad_alloc must leave no ticket behind without a task (every later wait
+  // would wait for it). Nobody sees the slot before it is filled: the queue is read under the
+  // mutex held here.
+  s.queue.emplace_back();
   const uint64_t mine = s.enqueued.fetch_add(1, std::memory_order_seq_cst) + 1;
-  s.queue.push_back(Task{mine, std::move(task), marker});
+  s.queue.back() = Task{mine, std::move(task), marker};
   if (ticket != nullptr) *ticket = mine;
   // A task running inline holds an earlier ticket: the worker then waits for it (see worker_loop).
   // A polling worker finds a helpable task or a marker within a period, if no waiter ran it.

@@ -74,6 +74,9 @@ size_t ConsoleSink::write_some(std::string_view text) {
 
 void ConsoleSink::write(std::string_view text) {
   if (gone_) return;
+  end_cut_line();
+  if (line_cut_) backlog_.push_back('\n');  // not taken now: first in the backlog
+  line_cut_ = false;
   if (backlog() == 0) {
     while (!text.empty()) {
       const size_t written = write_some(text);
@@ -85,7 +88,13 @@ void ConsoleSink::write(std::string_view text) {
   backlog_.append(text);
 }
 
+void ConsoleSink::end_cut_line() {
+  if (line_cut_ && !gone_ && backlog() == 0 && write_some("\n") == 1) line_cut_ = false;
+  if (gone_) line_cut_ = false;
+}
+
 void ConsoleSink::flush() {
+  end_cut_line();
   while (!gone_ && backlog() > 0) {
     const size_t written = write_some(std::string_view(backlog_).substr(backlog_start_));
     if (written == 0) break;
@@ -124,11 +133,13 @@ bool ConsoleSink::drain(int signal_fd, std::optional<std::chrono::milliseconds> 
 
 void ConsoleSink::abandon() {
   // A line the console took only part of is ended, so that what shmrun prints next starts a line:
-  // the '\n' stays in the backlog when the console does not take it now.
+  // when the console does not take the '\n' now, it goes before the next text (it is no backlog:
+  // nothing waits for it).
   const bool cut_line = backlog() > 0 && !gone_ && !at_line_start_;
   backlog_.clear();
   backlog_start_ = 0;
-  if (cut_line && write_some("\n") == 0 && !gone_) backlog_ = "\n";
+  if (cut_line) line_cut_ = true;
+  end_cut_line();
 }
 
 }  // namespace shmccl::launcher

@@ -49,7 +49,8 @@ class ConsoleSink {
   // everything was written; what was not is dropped.
   bool drain(int signal_fd, std::optional<std::chrono::milliseconds> bound);
   // Drops the backlog (the job ends at once and the reader takes nothing more), but for a '\n'
-  // that ends a line the console took only part of (written first when it cannot be now).
+  // that ends a line the console took only part of: written now if the console takes it, else
+  // before the next text (it does not count as backlog: nothing waits for it).
   void abandon();
 
  private:
@@ -61,6 +62,8 @@ class ConsoleSink {
   };
   // Writes a prefix of `text` without blocking; returns its length (0: the console is full).
   size_t write_some(std::string_view text);
+  // Writes the '\n' a cut line is owed (line_cut_), if the console takes it now.
+  void end_cut_line();
 
   int fd_;
   FileDescriptor own_fd_;
@@ -69,6 +72,7 @@ class ConsoleSink {
   size_t backlog_start_ = 0;  // written bytes at the front of backlog_, trimmed now and then
   bool gone_ = false;
   bool at_line_start_ = true;  // what the console took so far ends with '\n'
+  bool line_cut_ = false;      // abandon() cut a line whose '\n' the console has not taken yet
 };
 
 }  // namespace shmccl::launcher

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -544,10 +545,11 @@ WorkerGroup::WorkerGroup(const LaunchPlan& plan, SignalWatcher& signals)
 
 WorkerGroup::~WorkerGroup() {
   log::set_line_sink(nullptr, nullptr);
-  // What is left when an error ends the job (run_job drains the rest itself): a moment for the
-  // reader, as shmrun's last words after a signal get.
-  for (ConsoleSink* console : {&out_console_, &err_console()})
-    console->drain(signals_.fd(), kLastWordsOnError);
+  // An error ends the job (run_job drains what its own returns leave): what the consoles still
+  // hold gets a moment, as shmrun's last words after a signal get.
+  if (std::uncaught_exceptions() == 0) return;
+  out_console_.drain(signals_.fd(), kLastWordsOnError);
+  if (separate_err_console_) separate_err_console_->drain(signals_.fd(), kLastWordsOnError);
 }
 
 AttemptResult WorkerGroup::run(int restart_count) {

@@ -29,7 +29,7 @@ struct AttemptResult {
 
 // From construction to destruction, shmrun's own log lines go into its stderr's ConsoleSink (never
 // a blocking write): its owner drains them (err_console().drain()) before the job's end; what an
-// error leaves gets a moment at most in the destructor.
+// exception leaves gets a moment at most in the destructor.
 class WorkerGroup {
  public:
   WorkerGroup(const LaunchPlan& plan, SignalWatcher& signals);
