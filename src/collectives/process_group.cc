@@ -279,8 +279,12 @@ std::shared_ptr<Work> submit(detail::GroupState& state, OpPlan& plan, bool async
   // comes after the work queued on the current stream of the current device, if one is in use.
   if (plan.kind == OpKind::kBarrier && ordering == Ordering::kCallerStream) [[unlikely]]
     caller = device::current_stream_impl_if_used();
-  // A caller inside a task of its own stream is already in stream order.
-  if (caller != nullptr && (caller->idle() || caller->runs_here())) caller = nullptr;
+  // A caller inside a stream's task is already in that stream's order: its own stream's, or
+  // another's whose worker runs it (an operator run in the order of a busy current stream: that
+  // worker's current stream is the device's default stream, whose work must not hold it).
+  if (caller != nullptr &&
+      (caller->idle() || caller->runs_here() || npu::detail::running_stream_task()))
+    caller = nullptr;
   npu::detail::StreamImpl* comm =
       async_op || caller != nullptr || state.has_comm_stream() ? &state.comm_stream() : nullptr;
   plan.sequence = state.next_sequence();

@@ -119,6 +119,10 @@ bool running_helped_task() {
   return t_running_helped_task;
 }
 
+bool running_stream_task() {
+  return running_stream_slot() != nullptr;
+}
+
 bool generation_completed_locked(const EventState& event, uint64_t generation) {
   return std::find(event.pending_generations.begin(), event.pending_generations.end(),
                    generation) == event.pending_generations.end();

@@ -219,6 +219,10 @@ class StreamImpl {
 // waiter, not the stream's worker, so nothing else of its own needs its core meanwhile.
 bool running_helped_task();
 
+// True while the calling thread runs a task of any stream (its worker, a helper, run_sync
+// inline): what it calls is in that stream's order, whichever stream is current on the thread.
+bool running_stream_task();
+
 // For a task that completes an event itself when it ends, instead of a marker queued behind it
 // (one queue entry less per asynchronous collective): begin_task_record marks a fresh,
 // unshared `event` recorded and pending and returns its generation; the task passes that to

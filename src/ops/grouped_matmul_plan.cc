@@ -125,11 +125,14 @@ GroupedMatmulPlan plan_grouped_matmul(const GroupedMatmulArgs& args) {
   if (args.split_item == 3 && args.weight.size() == 1 && args.weight[0].defined() &&
       args.weight[0].dim() == 3) {
     check_npu(op, args.weight[0], Element{"weight", 0}, plan.device);
-    for (int64_t g = 0; g < args.weight[0].size(0); ++g)
+    // Checked before the views are made: an empty [2^32, 0, n] weight costs no memory, its
+    // views would.
+    const int64_t groups = args.weight[0].size(0);
+    SHMCCL_CHECK_ARG(groups > 0, op, ": Neither x nor weight could be empty.");
+    SHMCCL_CHECK_ARG(groups <= static_cast<int64_t>(kMaxGroupedTensors), op, ": weight holds ",
+                     groups, " groups; at most ", kMaxGroupedTensors, " are supported");
+    for (int64_t g = 0; g < groups; ++g)
       weights.push_back(args.weight[0][g]);
-    SHMCCL_CHECK_ARG(!weights.empty(), op, ": Neither x nor weight could be empty.");
-    SHMCCL_CHECK_ARG(weights.size() <= kMaxGroupedTensors, op, ": weight holds ", weights.size(),
-                     " groups; at most ", kMaxGroupedTensors, " are supported");
   } else {
     weights = args.weight;
   }
@@ -215,7 +218,14 @@ GroupedMatmulPlan plan_grouped_matmul(const GroupedMatmulArgs& args) {
                        i, "] has n = ", group.n, " and weight[0] has n = ", plan.groups[0].n);
     }
     group.offset = plan.output_elements;
-    plan.output_elements += group.m * group.n;
+    // Shapes of empty inputs are free to be huge ([2^31, 0] @ [0, 2^33]): the output's size is
+    // checked, not left to overflow.
+    int64_t group_elements = 0;
+    SHMCCL_CHECK_ARG(
+        !__builtin_mul_overflow(group.m, group.n, &group_elements) &&
+            !__builtin_add_overflow(plan.output_elements, group_elements, &plan.output_elements),
+        op, ": group ", i, ": its output of ", group.m, " x ", group.n,
+        " elements does not fit in int64_t with the groups before it");
     plan.flops += 2.0 * static_cast<double>(group.m) * static_cast<double>(group.k) *
                   static_cast<double>(group.n);
     row_start += rows[i];

@@ -8,11 +8,16 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <future>
 #include <random>
+#include <thread>
 
 #include "core/check.h"
 #include "core/config.h"
+#include "device/stream_impl.h"
 #include "multiprocess.h"
 #include "ops/matmul_engine.h"
 #include "shmccl/shmccl.hpp"
@@ -326,6 +331,52 @@ TEST_P(GroupedMatmulAllReduceTest, CommTurnSendsTheSumsInThatManyRounds) {
   EXPECT_TRUE(testing::all_ranks_succeeded(results));
 }
 
+// The operator runs in the order of the current stream: with that stream busy it runs on the
+// stream's worker thread, whose own current stream is the device's default one. Its all-reduce is
+// then already in stream order and must not wait for the default stream's work, here held by a
+// gate that opens only after 10 s (the all-reduce used to wait for it; with a task on the busy
+// stream depending on the default one, it waited for good).
+TEST_P(GroupedMatmulAllReduceTest, RunOnABusyStreamItDoesNotWaitForTheDefaultStream) {
+  const int world = GetParam();
+  if (world == 1) GTEST_SKIP() << "one rank sends nothing";
+  auto results = testing::run_ranks(world, [](const testing::RankContext& ctx) {
+    npu::set_device(ctx.rank % npu::device_count());
+    ctx.init();
+    Tensor x = full({8, 4}, 1.0, kFloat32).npu();
+    Tensor w = full({4, 8}, ctx.rank + 1.0, kFloat32).npu();
+    std::promise<void> default_gate, stream_gate, returned;
+    std::atomic<bool> default_opened{false};
+    npu::default_stream().impl()->enqueue(
+        [opened = default_gate.get_future().share()] { opened.wait(); });
+    npu::Stream busy;
+    busy.impl()->enqueue([opened = stream_gate.get_future().share()] { opened.wait(); });
+    npu::StreamGuard guard(busy);
+    std::future<void> returned_future = returned.get_future();
+    std::thread opener([&] {
+      // The operator queued behind the busy stream's task: let that task end.
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (busy.impl()->pending() < 2 && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::yield();
+      stream_gate.set_value();
+      returned_future.wait_until(deadline);  // until the operator returned, or the bound
+      default_opened = true;
+      default_gate.set_value();
+    });
+    std::vector<Tensor> y =
+        npu_grouped_mat_mul_all_reduce({x}, {w}, default_group()->comm_name(), {.comm_turn = 1});
+    const bool waited = default_opened.load();
+    returned.set_value();
+    opener.join();
+    require(!waited, "the all-reduce waited for the default stream's work");
+    const float sum = static_cast<float>(4 * ctx.world * (ctx.world + 1) / 2);
+    for (float value : y[0].cpu().to_vector<float>())
+      require(value == sum, str(value, ", expected ", sum));
+    npu::synchronize();
+    destroy_process_group();
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+}
+
 // comm_turn 0 lets the operator choose its rounds, which are collectives: ranks whose CPU shares
 // differ must still choose the same ones. Rank 1 is bound to one CPU; rank 0 may run on all and
 // is given a share of 2 (SHMCCL_OPS_CPU_SHARE: on this 2-CPU host a share is 1 otherwise, since
@@ -462,6 +513,13 @@ TEST_F(GroupedMatmulSingleRank, EveryConstraintHasAClearError) {
                   "Neither x nor weight could be empty."));
   EXPECT_TRUE(has(call({t({4, 4})}, {t({65, 4, 4})}, {.group_list = {4}, .split_item = 3}),
                   "weight holds 65 groups; at most 64 are supported"));
+  // An output too large to count (empty inputs make such shapes free).
+  EXPECT_TRUE(has(call({t({int64_t{1} << 31, 0})}, {t({0, int64_t{1} << 33})}),
+                  "group 0: its output of 2147483648 x 8589934592 elements does not fit"));
+  // Refused before any view of its groups is made: 2^32 views would not fit in memory.
+  EXPECT_TRUE(
+      has(call({t({4, 4})}, {t({int64_t{1} << 32, 0, 4})}, {.group_list = {4}, .split_item = 3}),
+          "weight holds 4294967296 groups; at most 64 are supported"));
   // ... and only split_item 3 takes it.
   EXPECT_TRUE(
       has(call({t({4, 4})}, {t({1, 4, 4})}), "weight[0] must be 2-D [k, n], got shape [1, 4, 4]"));
