@@ -487,6 +487,12 @@ void StreamImpl::synchronize() {
 }
 
 bool StreamImpl::synchronize_for(std::chrono::nanoseconds timeout) {
+  const bool finished = wait_idle(timeout);
+  if (std::exception_ptr error = take_error()) std::rethrow_exception(error);
+  return finished;
+}
+
+bool StreamImpl::wait_idle(std::chrono::nanoseconds timeout) {
   State& s = *state_;
   SHMCCL_CHECK_ARG(t_running_stream != &s, "npu:", device_, " stream ", id_,
                    " synchronize() called from one of its own tasks: it would wait for itself");
@@ -496,20 +502,7 @@ bool StreamImpl::synchronize_for(std::chrono::nanoseconds timeout) {
                             ? std::chrono::steady_clock::time_point::max()
                             : now + timeout;
   std::unique_lock<std::mutex> lock(s.mutex);
-  const bool finished = wait_completed_locked(lock, s.enqueued, deadline);
-  std::exception_ptr error = std::exchange(s.error, nullptr);
-  lock.unlock();
-  if (error) std::rethrow_exception(error);
-  return finished;
-}
-
-void StreamImpl::wait_idle() {
-  State& s = *state_;
-  SHMCCL_CHECK_ARG(t_running_stream != &s, "npu:", device_, " stream ", id_,
-                   " synchronize() called from one of its own tasks: it would wait for itself");
-  check_usable();
-  std::unique_lock<std::mutex> lock(s.mutex);
-  wait_completed_locked(lock, s.enqueued, std::chrono::steady_clock::time_point::max());
+  return wait_completed_locked(lock, s.enqueued, deadline);
 }
 
 std::exception_ptr StreamImpl::take_error() {

@@ -119,8 +119,9 @@ class StreamImpl {
   // Like synchronize() but with a deadline: false on timeout. A stored error is rethrown (and
   // cleared) whether or not the deadline passed.
   bool synchronize_for(std::chrono::nanoseconds timeout);
-  // Waits until everything queued so far has run, leaving a stored error stored.
-  void wait_idle();
+  // Waits until everything queued so far has run (false: `timeout` passed first), leaving a
+  // stored error stored. synchronize_for() is this, then take_error().
+  bool wait_idle(std::chrono::nanoseconds timeout = std::chrono::nanoseconds::max());
   // Returns the stored error and clears it (null when there is none). Never waits.
   std::exception_ptr take_error();
 
