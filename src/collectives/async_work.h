@@ -31,6 +31,11 @@ class AsyncWork final : public Work {
   // there. Call once, before the handle is handed out.
   static void enqueue_on(npu::detail::StreamImpl& stream, const std::shared_ptr<AsyncWork>& work);
 
+  // After wait(): returns once the stream has counted the collective as completed, so that the
+  // caller's next synchronous call finds the stream idle and runs inline (see
+  // StreamImpl::Helper::await_recorded).
+  void await_stream_record() const { helper_.await_recorded(); }
+
  private:
   // Executes the collective, lets go of the tensors and completes the Work.
   void run() noexcept;

@@ -310,6 +310,7 @@ std::shared_ptr<Work> submit(detail::GroupState& state, OpPlan& plan, bool async
   std::shared_ptr<collectives::AsyncWork> work = enqueue(state, plan, device, *comm, caller);
   turn.end();
   work->wait();
+  work->await_stream_record();
   return detail::completed_work();
 }
 

@@ -19,6 +19,7 @@
 
 #include "core/check.h"
 #include "core/file_descriptor.h"
+#include "core/huge_page_mapping.h"
 #include "core/logging.h"
 #include "core/peer_process.h"
 #include "core/process_id.h"
@@ -45,15 +46,13 @@ static_assert(alignof(ArenaHeader) == 8);
 static_assert(std::is_trivially_copyable_v<ArenaHeader>);
 static_assert(sizeof(ArenaHeader) <= Arena::kDecommitsOffset &&
               Arena::kDecommitsOffset + sizeof(uint64_t) <= Arena::kHeaderPageBytes);
+static_assert(Arena::kHugePageBytes == detail::kHugePageBytes);
 static_assert(Arena::kHeaderBytes % Arena::kHugePageBytes == 0 &&
               Arena::kSegmentGranularity % Arena::kHugePageBytes == 0);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 
 // The arena's size is fixed for its life: the owner seals it, and a mapper requires the seals.
 constexpr int kArenaSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
-
-// MADV_COLLAPSE (Linux 6.1), which glibc's <sys/mman.h> before 2.37 does not name.
-constexpr int kMadviseCollapse = 25;
 
 // The owner's decommit count in the header page of the arena mapped at `base`.
 std::atomic<uint64_t>& decommits(char* base) {
@@ -87,29 +86,11 @@ class UniqueMapping {
 };
 
 // Maps the whole memfd (header + address space) shared and read-write, without reserving swap,
-// at a 2 MiB boundary: a huge page of the file can be mapped by one page-table entry only where
-// the address and the file offset agree modulo 2 MiB. (An address range one huge page larger
-// is reserved first, the file mapped over its aligned part, and the rest given back.)
+// at a 2 MiB boundary, so the huge pages of its segments map with one entry each.
 UniqueMapping map_shared(int fd, uint64_t bytes, const std::string& what) {
-  constexpr uint64_t kAlign = Arena::kHugePageBytes;
-  const uint64_t reserved = bytes + kAlign;
-  void* region =
-      ::mmap(nullptr, reserved, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (region == MAP_FAILED) {
-    detail::throw_system_error(concat("mmap(", what, ", reserving ", reserved, " bytes)"), errno);
-  }
-  const auto start = reinterpret_cast<uintptr_t>(region);
-  const uintptr_t aligned = (start + kAlign - 1) & ~(uintptr_t{kAlign} - 1);
-  void* address = ::mmap(reinterpret_cast<void*>(aligned), bytes, PROT_READ | PROT_WRITE,
-                         MAP_SHARED | MAP_NORESERVE | MAP_FIXED, fd, 0);
+  void* address = detail::map_shared_huge_aligned(fd, bytes, MAP_NORESERVE);
   if (address == MAP_FAILED) {
-    const int error = errno;
-    ::munmap(region, reserved);
-    detail::throw_system_error(concat("mmap(", what, ", ", bytes, " bytes)"), error);
-  }
-  if (aligned > start) ::munmap(region, aligned - start);
-  if (const uintptr_t end = aligned + bytes; start + reserved > end) {
-    ::munmap(reinterpret_cast<void*>(end), start + reserved - end);
+    detail::throw_system_error(concat("mmap(", what, ", ", bytes, " bytes)"), errno);
   }
   return UniqueMapping(address, bytes);
 }
@@ -256,8 +237,8 @@ uint64_t Arena::allocate_segment(uint64_t bytes) {
 }
 
 bool Arena::make_huge(uint64_t offset, uint64_t length) {
-  if (::madvise(base_ + offset, length, kMadviseCollapse) == 0) return true;
-  const int error = errno;
+  const int error = detail::collapse_into_huge_pages(base_ + offset, length);
+  if (error == 0) return true;
   // No 2 MiB of free contiguous memory, or the cgroup's limit, for now: a later segment may
   // find some.
   if (error == EAGAIN || error == ENOMEM || error == EBUSY) {

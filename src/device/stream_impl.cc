@@ -342,6 +342,14 @@ void StreamImpl::Helper::operator()(bool run_here) const {
   }
 }
 
+void StreamImpl::Helper::await_recorded() const {
+  const std::shared_ptr<State> state = state_.lock();
+  if (state == nullptr || state->completed.load(std::memory_order_acquire) >= ticket_) return;
+  // The task is over: whoever ran it is about to count it (under the mutex).
+  std::unique_lock<std::mutex> lock(state->mutex);
+  wait_completed_locked(*state, lock, ticket_, std::chrono::steady_clock::time_point::max());
+}
+
 bool StreamImpl::push_locked(StreamTask task, uint64_t* ticket, bool marker, bool helpable) {
   State& s = *state_;
   // Not after stop: a task draining during destruction may still enqueue, and the worker that
@@ -366,9 +374,9 @@ bool StreamImpl::push_locked(StreamTask task, uint64_t* ticket, bool marker, boo
   return false;
 }
 
-bool StreamImpl::wait_completed_locked(std::unique_lock<std::mutex>& lock, uint64_t target,
+bool StreamImpl::wait_completed_locked(State& s, std::unique_lock<std::mutex>& lock,
+                                       uint64_t target,
                                        std::chrono::steady_clock::time_point deadline) {
-  State& s = *state_;
   // sync_waiters before `completed` (seq_cst both): an inline task's completion stores
   // `completed` and then reads sync_waiters, so one of the two sees the other.
   s.sync_waiters.fetch_add(1, std::memory_order_seq_cst);
@@ -452,7 +460,7 @@ void StreamImpl::run_sync(const std::function<void()>& task) {
     s.work_cv.notify_one();
     lock.lock();
   }
-  wait_completed_locked(lock, ticket, std::chrono::steady_clock::time_point::max());
+  wait_completed_locked(s, lock, ticket, std::chrono::steady_clock::time_point::max());
   lock.unlock();
   if (error) std::rethrow_exception(error);
 }
@@ -502,7 +510,7 @@ bool StreamImpl::wait_idle(std::chrono::nanoseconds timeout) {
                             ? std::chrono::steady_clock::time_point::max()
                             : now + timeout;
   std::unique_lock<std::mutex> lock(s.mutex);
-  return wait_completed_locked(lock, s.enqueued, deadline);
+  return wait_completed_locked(s, lock, s.enqueued, deadline);
 }
 
 std::exception_ptr StreamImpl::take_error() {

@@ -118,12 +118,12 @@ std::unique_ptr<GroupTransport> GroupTransport::create(const std::string& name, 
                                                        int size) {
   SHMCCL_CHECK_ARG(size >= 1 && size <= kMaxRanks, "group size ", size, " is out of range [1, ",
                    kMaxRanks, "]");
-  ShmSegment segment =
-      ShmSegment::create(name, control_block_bytes(size), UnlinkPolicy::kOnDestroy);
+  ShmSegment segment = ShmSegment::create(name, control_block_segment_bytes(size),
+                                          UnlinkPolicy::kOnDestroy, PageSize::kHuge);
   auto* header = static_cast<ControlHeader*>(segment.data());
   header->version = kControlVersion;
   header->world_size = static_cast<uint32_t>(size);
-  header->segment_bytes = control_block_bytes(size);
+  header->segment_bytes = control_block_segment_bytes(size);
   header->chunk_bytes = configured_chunk_bytes();
   header->abort_rank = -1;
   // The name reaches peers through the store, whose lock orders these writes before their reads.
@@ -141,7 +141,8 @@ std::unique_ptr<GroupTransport> GroupTransport::create(const std::string& name, 
 }
 
 std::unique_ptr<GroupTransport> GroupTransport::open(const std::string& name, int rank, int size) {
-  ShmSegment segment = ShmSegment::open(name, control_block_bytes(size), UnlinkPolicy::kManual);
+  ShmSegment segment = ShmSegment::open(name, control_block_segment_bytes(size),
+                                        UnlinkPolicy::kManual, PageSize::kHuge);
   auto* header = static_cast<ControlHeader*>(segment.data());
   if (header->magic != kControlMagic || header->version != kControlVersion ||
       header->world_size != static_cast<uint32_t>(size)) {

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -13,6 +14,7 @@
 
 #include "core/check.h"
 #include "core/file_descriptor.h"
+#include "core/huge_page_mapping.h"
 #include "core/logging.h"
 
 namespace shmccl::transport {
@@ -45,6 +47,30 @@ bool is_out_of_space(int error_code) {
   }
   detail::throw_system_error(detail::concat(what, " for shm segment ", name, " (", size, " bytes)"),
                              error_code);
+}
+
+void* map_segment(int fd, size_t size, PageSize pages) {
+  if (pages == PageSize::kHuge) return detail::map_shared_huge_aligned(fd, size);
+  return ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+}
+
+// Best effort: the segment works as well in 4 KiB pages, only its first touches cost more.
+void make_huge(const std::string& name, void* data, size_t size) {
+  static std::atomic<bool> kernel_can{true};
+  if (!kernel_can.load(std::memory_order_relaxed)) return;
+  const int error = detail::collapse_into_huge_pages(data, size);
+  if (error == 0) return;
+  if (error == EINVAL) {
+    // A kernel before 6.1 or without transparent huge pages: do not ask again.
+    if (kernel_can.exchange(false, std::memory_order_relaxed)) {
+      SHMCCL_INFO(kShm,
+                  "shm segments stay in 4 KiB pages (madvise MADV_COLLAPSE: ", std::strerror(error),
+                  ")");
+    }
+    return;
+  }
+  SHMCCL_TRACE(kShm, "shm segment ", name,
+               " stays in 4 KiB pages (madvise MADV_COLLAPSE: ", std::strerror(error), ")");
 }
 
 }  // namespace
@@ -111,9 +137,13 @@ void ShmSegment::release() noexcept {
   unlinked_ = true;
 }
 
-ShmSegment ShmSegment::create(const std::string& name, size_t size, UnlinkPolicy policy) {
+ShmSegment ShmSegment::create(const std::string& name, size_t size, UnlinkPolicy policy,
+                              PageSize pages) {
   validate_name(name);
   SHMCCL_CHECK_ARG(size > 0, "shm segment ", name, " must have a size > 0");
+  SHMCCL_CHECK_ARG(pages != PageSize::kHuge || size % detail::kHugePageBytes == 0, "shm segment ",
+                   name, " of 2 MiB pages must have a size that is a multiple of 2 MiB, got ",
+                   size);
   SHMCCL_CHECK_ARG(size <= static_cast<size_t>(std::numeric_limits<off_t>::max()), "shm segment ",
                    name, " size ", size, " does not fit in off_t");
 
@@ -148,14 +178,16 @@ ShmSegment ShmSegment::create(const std::string& name, size_t size, UnlinkPolicy
   }
   struct stat identity {};
   if (::fstat(fd.get(), &identity) == -1) fail("fstat", errno);
-  void* data = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  void* data = map_segment(fd.get(), size, pages);
   if (data == MAP_FAILED) fail("mmap", errno);
+  if (pages == PageSize::kHuge) make_huge(name, data, size);
   SHMCCL_TRACE(kShm, "created shm segment ", name, " (", size, " bytes)");
   return ShmSegment(name, data, size, policy, identity);
 }
 
 std::optional<ShmSegment> ShmSegment::open_impl(const std::string& name, size_t expected_size,
-                                                UnlinkPolicy policy, bool missing_ok) {
+                                                UnlinkPolicy policy, PageSize pages,
+                                                bool missing_ok) {
   validate_name(name);
   SHMCCL_CHECK_ARG(expected_size > 0, "shm segment ", name, " must have an expected size > 0");
   FileDescriptor fd(::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0));
@@ -169,7 +201,7 @@ std::optional<ShmSegment> ShmSegment::open_impl(const std::string& name, size_t 
     throw RemoteError(detail::concat("shm segment ", name, " has size ", info.st_size,
                                      " bytes, expected ", expected_size, " bytes"));
   }
-  void* data = ::mmap(nullptr, expected_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  void* data = map_segment(fd.get(), expected_size, pages);
   if (data == MAP_FAILED) {
     detail::throw_system_error(
         detail::concat("mmap of shm segment ", name, " (", expected_size, " bytes)"), errno);
@@ -178,13 +210,14 @@ std::optional<ShmSegment> ShmSegment::open_impl(const std::string& name, size_t 
   return ShmSegment(name, data, expected_size, policy, info);
 }
 
-ShmSegment ShmSegment::open(const std::string& name, size_t expected_size, UnlinkPolicy policy) {
-  return std::move(*open_impl(name, expected_size, policy, /*missing_ok=*/false));
+ShmSegment ShmSegment::open(const std::string& name, size_t expected_size, UnlinkPolicy policy,
+                            PageSize pages) {
+  return std::move(*open_impl(name, expected_size, policy, pages, /*missing_ok=*/false));
 }
 
 std::optional<ShmSegment> ShmSegment::try_open(const std::string& name, size_t expected_size,
-                                               UnlinkPolicy policy) {
-  return open_impl(name, expected_size, policy, /*missing_ok=*/true);
+                                               UnlinkPolicy policy, PageSize pages) {
+  return open_impl(name, expected_size, policy, pages, /*missing_ok=*/true);
 }
 
 std::optional<size_t> ShmSegment::size_of(const std::string& name) {

@@ -30,6 +30,15 @@ enum class UnlinkPolicy {
   kManual,     // the name stays until unlink() is called here, by a peer, or by namespace cleanup
 };
 
+// The pages a segment is made of.
+enum class PageSize {
+  k4KiB,  // the default
+  // 2 MiB pages where the kernel can make them (best effort: 4 KiB pages otherwise), for a
+  // segment every process of a group touches all over: one page fault per 2 MiB in each. The
+  // size must be a multiple of 2 MiB; every process maps the segment at a 2 MiB boundary.
+  kHuge,
+};
+
 class ShmSegment {
  public:
   // Creates the segment `name` of exactly `size` bytes (> 0), zero-filled and committed.
@@ -37,17 +46,20 @@ class ShmSegment {
   // segment) when the name exists, OutOfMemoryError when /dev/shm cannot hold `size` bytes (the
   // half-made segment is unlinked), SystemError for any other failure.
   static ShmSegment create(const std::string& name, size_t size,
-                           UnlinkPolicy policy = UnlinkPolicy::kOnDestroy);
+                           UnlinkPolicy policy = UnlinkPolicy::kOnDestroy,
+                           PageSize pages = PageSize::k4KiB);
 
   // Opens and maps an existing segment, which must be exactly `expected_size` bytes.
   // Throws SystemError (ENOENT, EACCES...) naming the segment, RemoteError naming both sizes when
   // the segment's size differs (it was made by someone with another idea of its layout).
   static ShmSegment open(const std::string& name, size_t expected_size,
-                         UnlinkPolicy policy = UnlinkPolicy::kManual);
+                         UnlinkPolicy policy = UnlinkPolicy::kManual,
+                         PageSize pages = PageSize::k4KiB);
 
   // Like open(), but returns nullopt when the segment does not exist (ENOENT).
   static std::optional<ShmSegment> try_open(const std::string& name, size_t expected_size,
-                                            UnlinkPolicy policy = UnlinkPolicy::kManual);
+                                            UnlinkPolicy policy = UnlinkPolicy::kManual,
+                                            PageSize pages = PageSize::k4KiB);
 
   // The current size of segment `name` without mapping it, or nullopt when it does not exist.
   // A segment being created by another process reports 0 until create() has committed all of it.
@@ -97,7 +109,7 @@ class ShmSegment {
   ShmSegment(std::string name, void* data, size_t size, UnlinkPolicy policy,
              const struct stat& identity) noexcept;
   static std::optional<ShmSegment> open_impl(const std::string& name, size_t expected_size,
-                                             UnlinkPolicy policy, bool missing_ok);
+                                             UnlinkPolicy policy, PageSize pages, bool missing_ok);
   void release() noexcept;
 
   std::string name_;

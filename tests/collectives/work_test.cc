@@ -281,6 +281,35 @@ TEST(WorkTest, ASyncCallBehindAnAsyncOneDoesNotWaitForThePoll) {
   });
 }
 
+// A synchronous call that goes through the group's stream (behind an asynchronous call the
+// stream's worker ran and a wait just saw end) returns only once the stream has counted it done.
+// The asynchronous call's end wakes its waiter before the worker counts it: a synchronous call
+// made at once found the stream busy and queued itself behind a call that was over, and so did
+// the next, call after call (a thread hand-off each: 0.5 us calls took 6-7 us, for hundreds of
+// calls). Now every synchronous call leaves the stream idle, and the next one runs on the caller.
+TEST(WorkTest, SynchronousCallsAfterAnAsyncOneLeaveTheGroupsStreamIdle) {
+  run_at({2, 3, 4, 8}, [](const testing::RankContext& ctx) {
+    npu::set_device(ctx.rank % 8);
+    ctx.init(60000);
+    detail::GroupState& state = default_group()->state();
+    Tensor t = full({16}, ctx.rank, kInt64).npu();
+    int busy_after_a_call = 0;
+    for (int round = 0; round < 50; ++round) {
+      // A wait with a deadline has the worker run the call, not the waiting thread.
+      require(
+          all_reduce(t, ReduceOp::MAX, nullptr, /*async_op=*/true)->wait(std::chrono::seconds(30)),
+          "the asynchronous call did not complete");
+      for (int call = 0; call < 20; ++call) {
+        all_reduce(t, ReduceOp::MAX);
+        if (!state.comm_stream().idle()) ++busy_after_a_call;
+      }
+    }
+    require(busy_after_a_call == 0, str("the group's stream was busy after ", busy_after_a_call,
+                                        " of 1000 synchronous calls"));
+    require(t.cpu().to_vector<int64_t>()[0] == ctx.world - 1, "the result");
+  });
+}
+
 // An asynchronous call whose queuing fails (its caller's stream was made before fork()) fails on
 // its rank alone, before it takes a number: the next call is the same call on every rank. It used
 // to take one first, so the ranks' numbers differed from then on.

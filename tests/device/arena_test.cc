@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/file_descriptor.h"
+#include "page_tables.h"
 #include "shmccl/error.hpp"
 #include "syscall_filter.h"
 
@@ -30,6 +31,9 @@ namespace shmccl::device {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::kernel_makes_huge_pages;
+using testing::minor_faults;
+using testing::pmd_mapped_bytes;
 
 constexpr uint64_t kMiB = 1ull << 20;
 
@@ -349,12 +353,6 @@ TEST(ArenaMappingTest, ParentMapsChildArena) {
   EXPECT_TRUE(check(mapping->base() + offset, kBytes, 2));
 }
 
-long minor_faults() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return usage.ru_minflt;
-}
-
 // The minor faults this process takes while it fills `bytes` at `at` (from `seed`).
 long faults_filling(char* at, uint64_t bytes, uint8_t seed) {
   const long before = minor_faults();
@@ -445,48 +443,6 @@ TEST(ArenaMappingTest, PopulateStartsOverAfterTheOwnerDecommits) {
   const long faults = faults_filling(mapping->base() + offset, kBytes, 3);
   EXPECT_LT(faults, 2048 / 4) << "the range was not populated again";
   EXPECT_TRUE(check(arena.base() + offset, kBytes, 3));
-}
-
-// Whether this kernel turns a committed range of a memfd into 2 MiB pages on request (Linux 6.1
-// and transparent huge pages): asked of a memfd of our own, not of the arena under test.
-bool kernel_makes_huge_pages() {
-  FileDescriptor fd(::memfd_create("shmccl-huge-probe", MFD_CLOEXEC));
-  if (fd.get() < 0 || ::fallocate(fd.get(), 0, 0, static_cast<off_t>(4 * kMiB)) != 0) return false;
-  char* reserved = static_cast<char*>(
-      ::mmap(nullptr, 6 * kMiB, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
-  if (reserved == MAP_FAILED) return false;
-  const auto aligned = reinterpret_cast<char*>(
-      (reinterpret_cast<uintptr_t>(reserved) + 2 * kMiB - 1) & ~(uintptr_t{2 * kMiB} - 1));
-  bool huge = false;
-  if (::mmap(aligned, 4 * kMiB, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd.get(), 0) !=
-      MAP_FAILED) {
-    huge = ::madvise(aligned, 4 * kMiB, 25 /* MADV_COLLAPSE */) == 0;
-  }
-  ::munmap(reserved, 6 * kMiB);
-  return huge;
-}
-
-// Bytes of the mapping that holds `address` that this process maps with 2 MiB entries
-// (/proc/self/smaps, ShmemPmdMapped); -1 when no mapping holds it.
-int64_t pmd_mapped_bytes(const void* address) {
-  const auto target = reinterpret_cast<uintptr_t>(address);
-  std::ifstream smaps("/proc/self/smaps");
-  std::string line;
-  bool inside = false;
-  while (std::getline(smaps, line)) {
-    uintptr_t start = 0;
-    uintptr_t end = 0;
-    if (std::sscanf(line.c_str(), "%lx-%lx ", &start, &end) == 2 &&
-        line.find('-') < line.find(' ')) {
-      inside = target >= start && target < end;
-      continue;
-    }
-    long kib = 0;
-    if (inside && std::sscanf(line.c_str(), "ShmemPmdMapped: %ld kB", &kib) == 1) {
-      return static_cast<int64_t>(kib) * 1024;
-    }
-  }
-  return -1;
 }
 
 // Committed segments are 2 MiB pages: the owner and a peer that populates map them with an

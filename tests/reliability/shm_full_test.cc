@@ -126,7 +126,7 @@ TEST(ShmFull, ASubGroupThatDoesNotFitFailsOnEveryMemberAndTheWorldGoesOn) {
     SCOPED_TRACE(str(world, " ranks"));
     // Room for the job's store and the default group's control block, not for a second block.
     const size_t bytes = page_round(transport::ShmStore::segment_size()) +
-                         page_round(transport::control_block_bytes(world)) + 16 * 1024;
+                         transport::control_block_segment_bytes(world) + 16 * 1024;
     const std::string failures =
         run_with_small_shm(bytes, world, [](const testing::RankContext& ctx) {
           ctx.init(/*timeout_ms=*/5000);
