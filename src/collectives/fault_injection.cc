@@ -35,6 +35,7 @@ constexpr struct {
     {Point::kJoinsGroup, "joins_group"},
     {Point::kPublishesGroup, "publishes_group"},
     {Point::kQueues, "queues"},
+    {Point::kGemm, "gemm"},
 };
 
 std::mutex g_mutex;

@@ -27,6 +27,8 @@
 //   awaits_peers    after gave_up, when peers are still in its tensors: before it waits for them
 //   queues          an asynchronous call (or a synchronous one behind stream work), after it took
 //                   its number, before it is queued on the group's stream
+//   gemm            npu_grouped_mat_mul_all_reduce on a group of 2 or more, before the GEMMs of
+//                   a round; <sequence> counts the call's rounds (1: the first)
 //
 // Compiled in when SHMCCL_FAULT_INJECTION is on (CMake; default: on with the tests). A point then
 // costs one relaxed load of a global flag and a predicted branch; without it, nothing.
@@ -57,6 +59,7 @@ enum class Point : uint8_t {
   kJoinsGroup,
   kPublishesGroup,
   kQueues,
+  kGemm,
 };
 
 enum class Action : uint8_t { kKill, kStall, kExit, kStop, kBadAlloc };

@@ -14,6 +14,7 @@
 #include <memory>
 #include <vector>
 
+#include "collectives/fault_injection.h"
 #include "collectives/group_state.h"
 #include "collectives/unordered_ops.h"
 #include "core/check.h"
@@ -122,9 +123,20 @@ class GroupedMatmulRunner {
     // The all-reduce of round r runs on the communication stream while round r+1's GEMMs run
     // here.
     std::deque<std::shared_ptr<Work>> in_flight;
-    for (const Round& round : rounds) {
-      for (const Unit& unit : round.units)
-        gemm(unit);
+    for (size_t r = 0; r < rounds.size(); ++r) {
+      const Round& round = rounds[r];
+      try {
+        if (communicate) {
+          collectives::fault::point(
+              collectives::fault::Point::kGemm,
+              group_->state().global_ranks()[static_cast<size_t>(group_->rank())], r + 1);
+        }
+        for (const Unit& unit : round.units)
+          gemm(unit);
+      } catch (const std::exception& error) {
+        if (communicate) give_up(error, r, rounds.size(), in_flight);
+        throw;
+      }
       if (!communicate) continue;
       Tensor slice = plan_.y_flat.narrow(0, round.begin, round.end - round.begin);
       if (rounds.size() == 1) {
@@ -141,6 +153,26 @@ class GroupedMatmulRunner {
   }
 
  private:
+  // This rank cannot make the operator's remaining all-reduces, which its peers make or will make:
+  // the group fails on every rank now, naming why, instead of leaving them waiting for the
+  // timeout. The rounds already in flight end (they fail with the group or complete) before y
+  // is handed back.
+  void give_up(const std::exception& error, size_t round, size_t rounds,
+               std::deque<std::shared_ptr<Work>>& in_flight) {
+    // Peers read "the group was aborted by rank <r>: " before it.
+    group_->abort(detail::concat(
+        "npu_grouped_mat_mul_all_reduce could not compute its products",
+        rounds > 1 ? detail::concat(" of round ", round + 1, " of ", rounds) : std::string(), ": ",
+        error.what()));
+    for (const std::shared_ptr<Work>& work : in_flight) {
+      try {
+        work->wait();
+      } catch (...) {
+      }
+    }
+    in_flight.clear();
+  }
+
   static void wait_oldest(std::deque<std::shared_ptr<Work>>& in_flight) {
     std::shared_ptr<Work> work = std::move(in_flight.front());
     in_flight.pop_front();
@@ -172,27 +204,43 @@ class GroupedMatmulRunner {
   }
 
   // One unit's GEMM in float32, plus the bias, rounded once to y's dtype into y (a float32 y is
-  // written by the GEMM itself).
+  // written by the GEMM itself). Where the GEMM needs float32 room of its own (a float32 result to
+  // round, float16 rows of x to widen), the unit's rows go through it in blocks that fit
+  // kScratchFloats: the results stay in cache until rounded, and the scratch stays bounded
+  // whatever the shapes (it is kept per thread, for the next call).
   void gemm(const Unit& unit) {
     const MatmulGroup& group = plan_.groups[unit.group];
     const int64_t rows = unit.row_end - unit.row_begin;
+    if (plan_.dtype == kFloat32) {
+      gemm_rows(unit.group, unit.row_begin, rows);
+      return;
+    }
+    const int64_t widest =
+        std::max<int64_t>({group.n, plan_.dtype == kFloat16 ? group.k : int64_t{1}, int64_t{1}});
+    const int64_t block = std::max(kMinBlockRows, kScratchFloats / widest);
+    for (int64_t row = unit.row_begin; row < unit.row_end; row += block)
+      gemm_rows(unit.group, row, std::min(block, unit.row_end - row));
+  }
+
+  // Rows [row_begin, row_begin + rows) of group `index`.
+  void gemm_rows(size_t index, int64_t row_begin, int64_t rows) {
+    const MatmulGroup& group = plan_.groups[index];
     const size_t element = element_size(plan_.dtype);
     const auto* x = static_cast<const std::byte*>(group.x.data_ptr()) +
-                    static_cast<size_t>(unit.row_begin * group.k) * element;
-    const int64_t first = group.offset + unit.row_begin * group.n;  // in y_flat, in elements
+                    static_cast<size_t>(row_begin * group.k) * element;
+    const int64_t first = group.offset + row_begin * group.n;  // in y_flat, in elements
     auto* y =
         static_cast<std::byte*>(plan_.y_flat.data_ptr()) + static_cast<size_t>(first) * element;
     const size_t count = static_cast<size_t>(rows * group.n);
     float* c = reinterpret_cast<float*>(y);
     if (plan_.dtype != kFloat32) {
-      // The rows stay in cache between the GEMM and their rounding (a unit is at most a group).
       thread_local std::vector<float> scratch;
       if (scratch.size() < count) scratch.resize(count);
       c = scratch.data();
     }
     const void* a = x;
     if (plan_.dtype == kFloat16) {
-      // No float16 matmul on this ISA: widen this unit's rows of x to float32.
+      // No float16 matmul on this ISA: widen these rows of x to float32.
       thread_local std::vector<float> converted_x;
       const size_t x_count = static_cast<size_t>(rows * group.k);
       if (converted_x.size() < x_count) converted_x.resize(x_count);
@@ -205,7 +253,7 @@ class GroupedMatmulRunner {
     const int threads = macs < kThreadedMacs ? 1 : threads_;
     engine_.matmul(ops::MatmulShape{rows, group.k, group.n, plan_.dtype}, a, group.k, group.weight,
                    c, threads);
-    const std::vector<float>& bias = biases_[unit.group];
+    const std::vector<float>& bias = biases_[index];
     if (!bias.empty()) {
       const size_t n = static_cast<size_t>(group.n);
       for (int64_t row = 0; row < rows; ++row) {
@@ -216,6 +264,10 @@ class GroupedMatmulRunner {
     if (plan_.dtype != kFloat32) kernels::cast(y, plan_.dtype, c, kFloat32, count);
   }
 
+  // 4 MiB of float32 per block (a GEMM of 64 rows or more keeps oneDNN's kernels busy; the
+  // issue's shapes fit in one block: an MoE group's 256 x 1024 results are 1 MiB).
+  static constexpr int64_t kScratchFloats = int64_t{1} << 20;
+  static constexpr int64_t kMinBlockRows = 64;
   static constexpr double kThreadedMacs = 2.0 * 1024 * 1024;
 
   const GroupedMatmulPlan& plan_;

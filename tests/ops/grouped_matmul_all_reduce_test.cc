@@ -4,6 +4,7 @@
 // with and without bias, float16 / bfloat16 / float32, comm_turn 0 and > 0, at 1, 2, 3 and 4
 // ranks with real processes; the weight cache; and every argument error.
 #include <gtest/gtest.h>
+#include <malloc.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include <random>
 #include <thread>
 
+#include "collectives/fault_injection.h"
 #include "core/check.h"
 #include "core/config.h"
 #include "device/stream_impl.h"
@@ -331,6 +333,60 @@ TEST_P(GroupedMatmulAllReduceTest, CommTurnSendsTheSumsInThatManyRounds) {
   EXPECT_TRUE(testing::all_ranks_succeeded(results));
 }
 
+// A rank whose GEMMs fail (here an injected bad_alloc before its second round, after its first
+// round's all-reduce) cannot make the operator's remaining all-reduces: it fails the group on
+// every rank, naming itself and why, and rethrows its own error. Its peers used to wait for those
+// all-reduces: until the timeout (20 s here: they must fail within 5), or until the victim's next
+// collective, which they reported as a mismatch with it (here its barrier).
+TEST_P(GroupedMatmulAllReduceTest, ARankWhoseGemmFailsFailsTheGroupOnEveryRankAtOnce) {
+  const int world = GetParam();
+  if (world == 1) GTEST_SKIP() << "one rank sends nothing";
+  if (!collectives::fault::compiled_in()) GTEST_SKIP() << "no fault injection in this build";
+  testing::RunOptions options;
+  auto results = testing::run_ranks(
+      world,
+      [](const testing::RankContext& ctx) {
+        const int victim = 1;
+        setenv("SHMCCL_FAULT", str("gemm:", victim, ":bad_alloc:2").c_str(), 1);
+        config::reload();
+        npu::set_device(ctx.rank % npu::device_count());
+        ctx.init(/*timeout_ms=*/20000);
+        Tensor x = full({30, 16}, 1.0, kBFloat16).npu();
+        Tensor w = full({16, 8}, 1.0, kBFloat16).npu();
+        barrier();
+        const auto start = std::chrono::steady_clock::now();
+        std::string text;
+        try {
+          npu_grouped_mat_mul_all_reduce({x}, {w}, default_group()->comm_name(), {.comm_turn = 3});
+          throw testing::RequirementFailed("the call succeeded");
+        } catch (const std::bad_alloc&) {
+          require(ctx.rank == victim, "a bad_alloc on a rank that was not the victim");
+          text = "bad_alloc";
+        } catch (const Error& error) {
+          require(ctx.rank != victim, str("the victim threw ", error.what()));
+          text = error.what();
+          const std::string reason =
+              "the group was aborted by rank 1: npu_grouped_mat_mul_all_reduce could not compute "
+              "its products of round 2 of 3: std::bad_alloc";
+          require(text.find(reason) != std::string::npos,
+                  str("the error does not name the victim and why: ", text));
+        }
+        const double seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        require(seconds < 5, str("the call failed after ", seconds, " s: ", text));
+        bool failed = false;
+        try {
+          barrier();
+        } catch (const Error&) {
+          failed = true;
+        }
+        require(failed, "the group still works after the failure");
+      },
+      options);
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+  EXPECT_TRUE(testing::no_segments_left(options.job_id));
+}
+
 // The operator runs in the order of the current stream: with that stream busy it runs on the
 // stream's worker thread, whose own current stream is the device's default one. Its all-reduce is
 // then already in stream order and must not wait for the default stream's work, here held by a
@@ -477,6 +533,32 @@ TEST_F(GroupedMatmulSingleRank, GroupedMatmulWithoutCommunication) {
   auto y = npu_grouped_matmul(x, w, {.bias = b, .split_item = 2});
   ASSERT_EQ(y.size(), 1u);
   require_matches(y[0], concat({reference(groups[0]), reference(groups[1])}), kFloat16, "no comm");
+}
+
+// Bytes the heap has handed out and not taken back (mmapped blocks included).
+size_t heap_in_use() {
+  const struct mallinfo2 info = mallinfo2();
+  return info.uordblks + info.hblkhd;
+}
+
+// A group whose float32 results would take 17 MiB goes through the GEMM in blocks of rows (4 MiB
+// of float32 each): the results are right across the blocks' edges, bias included, and the
+// operator keeps no scratch the size of the group once it returns (its per-thread scratch used to
+// grow to the largest group ever seen and stay).
+TEST_F(GroupedMatmulSingleRank, ALargeGroupGoesThroughTheGemmInBoundedBlocks) {
+  for (ScalarType dtype : {kFloat16, kBFloat16}) {
+    const Case c{0, dtype, true, 0, 0, false, {{4200, 32, 1024}}};
+    const std::vector<FullGroup> groups = make_problem(c, 1, 17);
+    const FullGroup& g = groups[0];
+    Tensor x = npu_tensor(g.x, {g.m, g.k_total}, dtype);
+    Tensor w = npu_tensor(g.w, {g.k_total, g.n}, dtype);
+    Tensor b = npu_tensor(g.bias, {g.n}, bias_type(dtype));
+    const size_t before = heap_in_use();
+    std::vector<Tensor> y = npu_grouped_mat_mul_all_reduce({x}, {w}, hcomm(), {.bias = {b}});
+    const size_t kept = heap_in_use() - std::min(before, heap_in_use());
+    EXPECT_LT(kept, size_t{8} << 20) << "dtype " << dtype;
+    require_matches(y[0], reference(g), dtype, str("dtype ", dtype));
+  }
 }
 
 // The error message of `call`, or "" when it did not throw shmccl::Error.
