@@ -118,11 +118,13 @@ void set_splits(OpPlan& plan, const std::vector<int64_t>& split_sizes, const cha
                                                           const std::string& whole_name,
                                                           size_t part_begin, size_t part_end,
                                                           size_t whole_begin, size_t whole_end,
-                                                          int64_t first_row, int64_t rows) {
+                                                          int64_t first_row, int64_t rows,
+                                                          const char* unit) {
   const std::string allowed =
-      rows < 0 ? detail::concat("it must be apart from ", whole_name)
-               : detail::concat("in place it must be exactly this rank's rows [", first_row, ", ",
-                                first_row + rows, ") of the ", whole_name, ", else apart from it");
+      rows < 0
+          ? detail::concat("it must be apart from ", whole_name)
+          : detail::concat("in place it must be exactly this rank's ", unit, " [", first_row, ", ",
+                           first_row + rows, ") of the ", whole_name, ", else apart from it");
   throw InvalidArgument(
       detail::concat(op, ": the ", part_name, " and the ", whole_name, " partly overlap (bytes [",
                      part_begin, ", ", part_end, ") and [", whole_begin, ", ", whole_end,
@@ -131,16 +133,17 @@ void set_splits(OpPlan& plan, const std::vector<int64_t>& split_sizes, const cha
 
 // `part` (this rank's input of an all-gather, its output of a reduce-scatter) is either apart
 // from `whole` or exactly its rows [first_row, +rows) (in place, as torch allows; rows < 0: no
-// such rows). A partial overlap would be read while it is written, and what came out would
-// depend on the path (the inline path stages it, zero-copy and the host pipeline do not), on
-// every rank.
-// Called only when the two share a storage (in place, or a mistake): the common case pays one
-// comparison at the call site.
+// such rows), rows of `row_elements` (the even and list forms count elements: rows of 1, which
+// their errors call elements). A partial overlap would be read while it is written, and what came
+// out would depend on the path (the inline path stages it, zero-copy and the host pipeline do not),
+// on every rank. Called only when the two share a storage (in place, or a mistake): the common case
+// pays one comparison at the call site.
 [[gnu::cold, gnu::noinline]] void check_in_place_or_apart(const char* op, const Tensor& part,
                                                           const char* part_name,
                                                           const Tensor& whole,
                                                           const char* whole_name, int64_t first_row,
-                                                          int64_t rows, int64_t row_elements) {
+                                                          int64_t rows, int64_t row_elements,
+                                                          bool unit_is_element = false) {
   const size_t part_begin = part.storage_offset_bytes();
   const size_t part_end = part_begin + part.nbytes();
   const size_t whole_begin = whole.storage_offset_bytes();
@@ -153,7 +156,7 @@ void set_splits(OpPlan& plan, const std::vector<int64_t>& split_sizes, const cha
       return;
   }
   throw_overlap(op, part_name, whole_name, part_begin, part_end, whole_begin, whole_end, first_row,
-                rows);
+                rows, row_elements == 1 && unit_is_element ? "elements" : "rows");
 }
 
 // An all_gather's output `later` shares a storage with an earlier one: two ranks' rows written
@@ -172,7 +175,7 @@ void set_splits(OpPlan& plan, const std::vector<int64_t>& split_sizes, const cha
     throw InvalidArgument(
         detail::concat("all_gather: output ", earlier, " and output ", later, " overlap (bytes [",
                        a_begin, ", ", a_end, ") and [", b_begin, ", ", b_end,
-                       ") of one storage): each rank's rows need memory of their own"));
+                       ") of one storage): each rank's output needs memory of its own"));
   }
 }
 
@@ -499,7 +502,7 @@ std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor(Tensor& output, const
   plan.row_elements = 1;
   if (input.storage() == output.storage()) [[unlikely]] {
     check_in_place_or_apart(plan.name, input, "input", output, "output", rank() * input.numel(),
-                            input.numel(), 1);
+                            input.numel(), 1, /*unit_is_element=*/true);
   }
   plan.borrow_input(input);  // (the executor reads only their bytes, whatever their shapes)
   plan.borrow_output(output);
@@ -529,7 +532,7 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor(Tensor& output, const 
   plan.row_elements = 1;
   if (input.storage() == output.storage()) [[unlikely]] {
     check_in_place_or_apart(plan.name, output, "output", input, "input", rank() * output.numel(),
-                            output.numel(), 1);
+                            output.numel(), 1, /*unit_is_element=*/true);
   }
   plan.borrow_input(input);  // (the executor reads only their bytes, whatever their shapes)
   plan.borrow_output(output);
@@ -576,7 +579,7 @@ std::shared_ptr<Work> ProcessGroup::all_gather(std::vector<Tensor>& outputs, con
     const std::string name = detail::concat("output ", r);
     check_in_place_or_apart(plan.name, input, "input", output, name.c_str(), 0,
                             r == rank() ? plan.splits[static_cast<size_t>(r)] : -1,
-                            plan.row_elements);
+                            plan.row_elements, /*unit_is_element=*/true);
   }
   plan.borrow_input(input);
   plan.borrow_outputs(outputs);

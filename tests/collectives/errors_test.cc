@@ -193,6 +193,9 @@ TEST(CollectiveErrorsTest, PartlyOverlappingTensorsAndTwoDevicesAreRefused) {
     Tensor input = output.narrow(0, shifted, n);
     require_error([&] { all_gather_into_tensor(output, input); },
                   "all_gather_into_tensor: the input and the output partly overlap");
+    require_error([&] { all_gather_into_tensor(output, input); },
+                  str("in place it must be exactly this rank's elements [", ctx.rank * n, ", ",
+                      (ctx.rank + 1) * n, ") of the output"));
     require_error([&] { all_gather_into_tensor_uneven(output, input); },
                   "in place it must be exactly this rank's rows");
     require_error([&] { reduce_scatter_tensor(input, output); },
@@ -218,7 +221,7 @@ TEST(CollectiveErrorsTest, PartlyOverlappingTensorsAndTwoDevicesAreRefused) {
                     str("all_gather: output ", others[0], " and output ", others[1],
                         " overlap (bytes [", others[0] * n * 4, ", ", (others[0] + 1) * n * 4,
                         ") and [", others[0] * n * 4, ", ", (others[0] + 1) * n * 4,
-                        ") of one storage): each rank's rows need memory of their own"));
+                        ") of one storage): each rank's output needs memory of its own"));
       overlapping[static_cast<size_t>(others[1])] = outputs[static_cast<size_t>(others[1])];
     }
     if (ctx.rank < ctx.world - 2) {
