@@ -79,6 +79,27 @@ void report_signal(int signal_number) {
   if (g_exit_on_signal) _exit(0);
 }
 
+// Prints "ready", then reports each of SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 (and
+// exits after the first, unless g_exit_on_signal is 0). `armed` runs once they are caught. They
+// are taken with sigwait, not by a handler interrupting pause(): ThreadSanitizer's runtime defers
+// a signal that lands while it is in control, and a CI run of that build saw a rank blocked in
+// pause() print nothing and run on until shmrun's SIGKILL.
+template <typename Armed>
+[[noreturn]] void report_signals_forever(Armed armed) {
+  sigset_t reported;
+  sigemptyset(&reported);
+  for (int signal_number : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2})
+    sigaddset(&reported, signal_number);
+  sigprocmask(SIG_BLOCK, &reported, nullptr);
+  armed();
+  std::printf("ready rank=%d pid=%d\n", my_rank(), static_cast<int>(getpid()));
+  std::fflush(stdout);
+  while (true) {
+    int received = 0;
+    if (sigwait(&reported, &received) == 0) report_signal(received);
+  }
+}
+
 [[noreturn]] void wait_forever() {
   std::printf("ready rank=%d pid=%d\n", my_rank(), static_cast<int>(getpid()));
   std::fflush(stdout);
@@ -136,11 +157,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (mode == "sleep") wait_forever();
-  if (mode == "report-signals") {
-    for (int signal_number : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2})
-      signal(signal_number, report_signal);
-    wait_forever();
-  }
+  if (mode == "report-signals") report_signals_forever([] {});
   if ((mode == "fail-and-report" || mode == "fail-and-keep-reporting") && argc == 3) {
     g_exit_on_signal = mode == "fail-and-report";
     if (rank == std::atoi(argv[2])) {
@@ -157,14 +174,13 @@ int main(int argc, char** argv) {
       }
       return 3;
     }
-    for (int signal_number : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2})
-      signal(signal_number, report_signal);
-    if (const char* ns = std::getenv("SHMCCL_NAMESPACE"); ns != nullptr) {
-      const std::string ready =
-          std::string("/dev/shm/shmccl.") + ns + ".ready" + std::to_string(rank);
-      close(open(ready.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600));
-    }
-    wait_forever();
+    report_signals_forever([rank] {
+      if (const char* ns = std::getenv("SHMCCL_NAMESPACE"); ns != nullptr) {
+        const std::string ready =
+            std::string("/dev/shm/shmccl.") + ns + ".ready" + std::to_string(rank);
+        close(open(ready.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600));
+      }
+    });
   }
   if (mode == "grandchild" && argc == 4) {
     // Starts a process of its own (as a shell script or a data loader would). Then rank argv[2]
