@@ -2,6 +2,7 @@
 #include "core/huge_page_mapping.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cerrno>
 
@@ -29,7 +30,9 @@ void* map_shared_huge_aligned(int fd, size_t bytes, int extra_flags) {
     return MAP_FAILED;
   }
   if (aligned > start) ::munmap(region, aligned - start);
-  if (const uintptr_t end = aligned + bytes; start + reserved > end) {
+  // The mapping ends at a page boundary, whatever `bytes` is.
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  if (const uintptr_t end = (aligned + bytes + page - 1) & ~(page - 1); start + reserved > end) {
     ::munmap(reinterpret_cast<void*>(end), start + reserved - end);
   }
   return address;

@@ -90,7 +90,8 @@ class UniqueMapping {
 UniqueMapping map_shared(int fd, uint64_t bytes, const std::string& what) {
   void* address = detail::map_shared_huge_aligned(fd, bytes, MAP_NORESERVE);
   if (address == MAP_FAILED) {
-    detail::throw_system_error(concat("mmap(", what, ", ", bytes, " bytes)"), errno);
+    const int error = errno;  // before the message's allocation
+    detail::throw_system_error(concat("mmap(", what, ", ", bytes, " bytes)"), error);
   }
   return UniqueMapping(address, bytes);
 }

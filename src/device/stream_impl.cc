@@ -345,6 +345,8 @@ void StreamImpl::Helper::operator()(bool run_here) const {
 void StreamImpl::Helper::await_recorded() const {
   const std::shared_ptr<State> state = state_.lock();
   if (state == nullptr || state->completed.load(std::memory_order_acquire) >= ticket_) return;
+  // A stream of the parent, in a fork child: nobody here runs or counts its tasks.
+  if (state->fork_generation != g_fork_generation.load(std::memory_order_relaxed)) return;
   // The task is over: whoever ran it is about to count it (under the mutex).
   std::unique_lock<std::mutex> lock(state->mutex);
   wait_completed_locked(*state, lock, ticket_, std::chrono::steady_clock::time_point::max());

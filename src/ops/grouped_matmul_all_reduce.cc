@@ -108,7 +108,20 @@ class GroupedMatmulRunner {
     if (plan_.output_elements == 0) return;
     const bool communicate = group_ != nullptr && group_->size() > 1;
     add_bias_ = !communicate || group_->rank() == 0;  // the bias counts once in the sum
-    prepare_biases();
+    std::deque<std::shared_ptr<Work>> in_flight;
+    std::vector<Round> rounds;
+    size_t r = 0;
+    // What this rank computes on its own (biases, rounds, GEMMs) may fail (out of memory) while
+    // its peers are on their way into the operator's all-reduces: it then fails the group.
+    const auto locally = [&](auto&& compute) {
+      try {
+        compute();
+      } catch (const std::exception& error) {
+        if (communicate) give_up(error, r, rounds.size(), in_flight);
+        throw;
+      }
+    };
+    locally([&] { prepare_biases(); });
     // Communication is CPU work here: it overlaps the GEMMs only on a CPU of its own. Without
     // one (a rank per core or more), rounds would just take turns with the GEMMs on the same
     // core, so the operator sends everything in one all-reduce after the GEMMs.
@@ -119,13 +132,12 @@ class GroupedMatmulRunner {
     if (count == 0)
       count = communicate && least_cpu_share(*group_, cpus) >= 2 ? auto_rounds(plan_) : 1;
     threads_ = ops::gemm_threads(communicate && count > 1 && cpus >= 2 ? cpus - 1 : cpus);
-    const std::vector<Round> rounds = make_rounds(plan_, count);
+    locally([&] { rounds = make_rounds(plan_, count); });
     // The all-reduce of round r runs on the communication stream while round r+1's GEMMs run
     // here.
-    std::deque<std::shared_ptr<Work>> in_flight;
-    for (size_t r = 0; r < rounds.size(); ++r) {
+    for (; r < rounds.size(); ++r) {
       const Round& round = rounds[r];
-      try {
+      locally([&] {
         if (communicate) {
           collectives::fault::point(
               collectives::fault::Point::kGemm,
@@ -133,10 +145,7 @@ class GroupedMatmulRunner {
         }
         for (const Unit& unit : round.units)
           gemm(unit);
-      } catch (const std::exception& error) {
-        if (communicate) give_up(error, r, rounds.size(), in_flight);
-        throw;
-      }
+      });
       if (!communicate) continue;
       Tensor slice = plan_.y_flat.narrow(0, round.begin, round.end - round.begin);
       if (rounds.size() == 1) {
@@ -158,12 +167,20 @@ class GroupedMatmulRunner {
   // timeout. The rounds already in flight end (they fail with the group or complete) before y
   // is handed back.
   void give_up(const std::exception& error, size_t round, size_t rounds,
-               std::deque<std::shared_ptr<Work>>& in_flight) {
-    // Peers read "the group was aborted by rank <r>: " before it.
-    group_->abort(detail::concat(
-        "npu_grouped_mat_mul_all_reduce could not compute its products",
-        rounds > 1 ? detail::concat(" of round ", round + 1, " of ", rounds) : std::string(), ": ",
-        error.what()));
+               std::deque<std::shared_ptr<Work>>& in_flight) noexcept {
+    try {
+      // Peers read "the group was aborted by rank <r>: " before it.
+      group_->abort(detail::concat(
+          "npu_grouped_mat_mul_all_reduce could not compute its products",
+          rounds > 1 ? detail::concat(" of round ", round + 1, " of ", rounds) : std::string(),
+          ": ", error.what()));
+    } catch (...) {
+      // No memory for the reason: the group fails all the same (the first abort's reason wins).
+      try {
+        group_->abort("npu_grouped_mat_mul_all_reduce failed");
+      } catch (...) {
+      }
+    }
     for (const std::shared_ptr<Work>& work : in_flight) {
       try {
         work->wait();

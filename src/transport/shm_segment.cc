@@ -190,6 +190,9 @@ std::optional<ShmSegment> ShmSegment::open_impl(const std::string& name, size_t 
                                                 bool missing_ok) {
   validate_name(name);
   SHMCCL_CHECK_ARG(expected_size > 0, "shm segment ", name, " must have an expected size > 0");
+  SHMCCL_CHECK_ARG(
+      pages != PageSize::kHuge || expected_size % detail::kHugePageBytes == 0, "shm segment ", name,
+      " of 2 MiB pages must have a size that is a multiple of 2 MiB, got ", expected_size);
   FileDescriptor fd(::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0));
   if (!fd.valid()) {
     if (errno == ENOENT && missing_ok) return std::nullopt;

@@ -161,8 +161,8 @@ int main(int argc, char** argv) {
   if ((mode == "fail-and-report" || mode == "fail-and-keep-reporting") && argc == 3) {
     g_exit_on_signal = mode == "fail-and-report";
     if (rank == std::atoi(argv[2])) {
-      // Fails once every other rank's handlers are in place: each made its segment, then
-      // its handlers, then a file of its own (so shmrun's stop reaches a reporting rank).
+      // Fails once every other rank takes the signals: each made its segment, then blocked
+      // them for sigwait, then made a file of its own (so shmrun's stop reaches a reporting rank).
       const char* ns = std::getenv("SHMCCL_NAMESPACE");
       const int world = std::atoi(std::getenv("WORLD_SIZE"));
       for (int other = 0; ns != nullptr && other < world; ++other) {

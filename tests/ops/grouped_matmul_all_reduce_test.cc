@@ -556,7 +556,11 @@ TEST_F(GroupedMatmulSingleRank, ALargeGroupGoesThroughTheGemmInBoundedBlocks) {
     const size_t before = heap_in_use();
     std::vector<Tensor> y = npu_grouped_mat_mul_all_reduce({x}, {w}, hcomm(), {.bias = {b}});
     const size_t kept = heap_in_use() - std::min(before, heap_in_use());
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)  // mallinfo2 sees glibc's heap
     EXPECT_LT(kept, size_t{8} << 20) << "dtype " << dtype;
+#else
+    (void)kept;
+#endif
     require_matches(y[0], reference(g), dtype, str("dtype ", dtype));
   }
 }
