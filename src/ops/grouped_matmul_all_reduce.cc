@@ -181,6 +181,11 @@ class GroupedMatmulRunner {
       } catch (...) {
       }
     }
+    wait_all_quietly(in_flight);
+  }
+
+  // Waits for every work still in flight, whatever it ends with, so that none outlives y.
+  static void wait_all_quietly(std::deque<std::shared_ptr<Work>>& in_flight) noexcept {
     for (const std::shared_ptr<Work>& work : in_flight) {
       try {
         work->wait();
@@ -196,14 +201,7 @@ class GroupedMatmulRunner {
     try {
       work->wait();
     } catch (...) {
-      // Later rounds' works fail with the group; wait for them so none outlives y.
-      for (const std::shared_ptr<Work>& later : in_flight) {
-        try {
-          later->wait();
-        } catch (...) {
-        }
-      }
-      in_flight.clear();
+      wait_all_quietly(in_flight);  // later rounds fail with the group
       throw;
     }
   }

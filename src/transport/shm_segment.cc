@@ -49,6 +49,12 @@ bool is_out_of_space(int error_code) {
                              error_code);
 }
 
+void check_page_size(const std::string& name, size_t size, PageSize pages) {
+  SHMCCL_CHECK_ARG(pages != PageSize::kHuge || size % detail::kHugePageBytes == 0, "shm segment ",
+                   name, " of 2 MiB pages must have a size that is a multiple of 2 MiB, got ",
+                   size);
+}
+
 void* map_segment(int fd, size_t size, PageSize pages) {
   if (pages == PageSize::kHuge) return detail::map_shared_huge_aligned(fd, size);
   return ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -141,9 +147,7 @@ ShmSegment ShmSegment::create(const std::string& name, size_t size, UnlinkPolicy
                               PageSize pages) {
   validate_name(name);
   SHMCCL_CHECK_ARG(size > 0, "shm segment ", name, " must have a size > 0");
-  SHMCCL_CHECK_ARG(pages != PageSize::kHuge || size % detail::kHugePageBytes == 0, "shm segment ",
-                   name, " of 2 MiB pages must have a size that is a multiple of 2 MiB, got ",
-                   size);
+  check_page_size(name, size, pages);
   SHMCCL_CHECK_ARG(size <= static_cast<size_t>(std::numeric_limits<off_t>::max()), "shm segment ",
                    name, " size ", size, " does not fit in off_t");
 
@@ -190,9 +194,7 @@ std::optional<ShmSegment> ShmSegment::open_impl(const std::string& name, size_t 
                                                 bool missing_ok) {
   validate_name(name);
   SHMCCL_CHECK_ARG(expected_size > 0, "shm segment ", name, " must have an expected size > 0");
-  SHMCCL_CHECK_ARG(
-      pages != PageSize::kHuge || expected_size % detail::kHugePageBytes == 0, "shm segment ", name,
-      " of 2 MiB pages must have a size that is a multiple of 2 MiB, got ", expected_size);
+  check_page_size(name, expected_size, pages);
   FileDescriptor fd(::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0));
   if (!fd.valid()) {
     if (errno == ENOENT && missing_ok) return std::nullopt;

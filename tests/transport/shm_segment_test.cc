@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include <cstring>
+#include <functional>
 #include <set>
 
 #include <gmock/gmock.h>
@@ -99,22 +100,21 @@ TEST_F(ShmSegmentTest, HugePagesMapWithOneEntryPer2MiBInEveryProcess) {
 }
 
 TEST_F(ShmSegmentTest, HugePagesNeedASizeOfWhole2MiBPages) {
-  try {
-    ShmSegment::create(name(), 3u << 20, UnlinkPolicy::kOnDestroy, PageSize::kHuge);
-    FAIL() << "no error";
-  } catch (const InvalidArgument& error) {
-    EXPECT_THAT(error.what(),
-                HasSubstr("must have a size that is a multiple of 2 MiB, got 3145728"));
-  }
+  const auto expect_refused = [](const std::function<void()>& call) {
+    try {
+      call();
+      FAIL() << "no error";
+    } catch (const InvalidArgument& error) {
+      EXPECT_THAT(error.what(),
+                  HasSubstr("must have a size that is a multiple of 2 MiB, got 3145728"));
+    }
+  };
+  expect_refused(
+      [&] { ShmSegment::create(name(), 3u << 20, UnlinkPolicy::kOnDestroy, PageSize::kHuge); });
   EXPECT_FALSE(ShmSegment::size_of(name()).has_value()) << "the name was left behind";
   ShmSegment made = ShmSegment::create(name(), 3u << 20);
-  try {
-    ShmSegment::open(name(), 3u << 20, UnlinkPolicy::kManual, PageSize::kHuge);
-    FAIL() << "no error";
-  } catch (const InvalidArgument& error) {
-    EXPECT_THAT(error.what(),
-                HasSubstr("must have a size that is a multiple of 2 MiB, got 3145728"));
-  }
+  expect_refused(
+      [&] { ShmSegment::open(name(), 3u << 20, UnlinkPolicy::kManual, PageSize::kHuge); });
 }
 
 TEST_F(ShmSegmentTest, CreateIsExclusive) {
