@@ -171,9 +171,12 @@ StreamImpl::~StreamImpl() {
   }
   if (wake) s.work_cv.notify_one();
   if (!worker.joinable()) return;  // never enqueued to: nothing can be pending
-  if (worker.get_id() == std::this_thread::get_id()) {
-    // A task of this stream dropped its last handle. The worker keeps the State alive and
-    // drains the rest of the queue once this task returns.
+  if (running_stream_slot() == &s || worker.get_id() == std::this_thread::get_id()) {
+    // A task of this stream dropped its last handle: on the worker (maybe from inside another
+    // stream's task it nests into), or on a thread that helped it (help_through), where joining
+    // would wait for ourselves: the worker waits for this task's ticket before it runs the next
+    // one. The worker keeps the State alive and drains the rest of the queue once this task is
+    // counted.
     worker.detach();
     return;
   }

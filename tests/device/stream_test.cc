@@ -484,6 +484,22 @@ bool help_until_helped(StreamImpl& impl) {
   return false;
 }
 
+// A stream whose idle worker polls once an hour (SHMCCL_HELPED_POLL_TIME) and is polling now: it
+// takes a helpable task only when woken for it. worker_polls() is false if it never got there.
+std::shared_ptr<StreamImpl> make_hourly_polling_impl() {
+  setenv("SHMCCL_HELPED_POLL_TIME", "1h", 1);
+  config::reload();
+  auto impl = make_impl();
+  unsetenv("SHMCCL_HELPED_POLL_TIME");
+  config::reload();
+  if (!help_until_helped(*impl)) return impl;
+  // The worker polls from its next idle moment on.
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!impl->worker_polls() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::yield();
+  return impl;
+}
+
 // Once waiters run its tasks, the idle worker polls (here every 20 ms) instead of being woken
 // for each helpable task. A task no one waits for must still run on its own within a poll or so,
 // and a marker behind it complete. Each round helps a task first, so the worker is polling (not
@@ -517,18 +533,8 @@ TEST(StreamImplTest, HelpableTaskNoOneWaitsForRunsOnItsOwnAfterHelpedOnes) {
 // A thread that waits with a deadline, or orders another stream after the task, asks the
 // polling worker to start it now (run_here = false). With an hour-long poll, only that can.
 TEST(StreamImplTest, StartNowWakesAPollingWorker) {
-  setenv("SHMCCL_HELPED_POLL_TIME", "1h", 1);
-  config::reload();
-  auto impl = make_impl();
-  unsetenv("SHMCCL_HELPED_POLL_TIME");
-  config::reload();
-  ASSERT_TRUE(help_until_helped(*impl));
-  // The worker polls once an hour from its next idle moment on.
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (!impl->worker_polls()) {
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the worker never polled";
-    std::this_thread::yield();
-  }
+  std::shared_ptr<StreamImpl> impl = make_hourly_polling_impl();
+  ASSERT_TRUE(impl->worker_polls());
   std::promise<void> ran;
   auto ran_future = ran.get_future();
   std::function<void(bool)> help = impl->enqueue_helpable([&] { ran.set_value(); });
@@ -536,6 +542,42 @@ TEST(StreamImplTest, StartNowWakesAPollingWorker) {
   help(false);
   ASSERT_EQ(ran_future.wait_for(10s), std::future_status::ready);
   impl->synchronize();
+}
+
+// A helped task that holds the stream's last handle drops it on the helper's thread, while the
+// worker waits for that task's ticket to run the next one. The stream must not join the worker
+// then (it would wait for itself): the worker drains the queue once the helped task is counted.
+// With an hour-long poll the worker never takes the helpable task, so the helper runs it.
+TEST(StreamImplTest, HelpedTaskDroppingTheLastHandleLetsTheWorkerDrainTheQueue) {
+  std::shared_ptr<StreamImpl> impl = make_hourly_polling_impl();
+  ASSERT_TRUE(impl->worker_polls());
+  // Shared: if the helper hangs, the test returns while its thread and the worker still run.
+  struct Observed {
+    std::atomic<std::thread::id> helped_ran_on;
+    std::promise<std::thread::id> helper;
+    std::promise<std::thread::id> next_ran_on;
+  };
+  auto observed = std::make_shared<Observed>();
+  auto helper_future = observed->helper.get_future();
+  auto next_ran_on_future = observed->next_ran_on.get_future();
+  std::function<void(bool)> help = impl->enqueue_helpable([observed, last_handle = impl] {
+    observed->helped_ran_on = std::this_thread::get_id();
+    // Queued behind this task: the worker wakes and waits for this task's ticket.
+    last_handle->enqueue(
+        [observed] { observed->next_ran_on.set_value(std::this_thread::get_id()); });
+  });
+  impl.reset();  // the task's capture is the stream's last handle now
+  // The helper would block for good in a join: run it where a hang is observable.
+  std::thread([help = std::move(help), observed] {
+    help(true);
+    observed->helper.set_value(std::this_thread::get_id());
+  }).detach();
+  ASSERT_EQ(helper_future.wait_for(10s), std::future_status::ready)
+      << "the helper hangs in the stream's destructor";
+  EXPECT_EQ(observed->helped_ran_on.load(), helper_future.get()) << "the worker ran the task";
+  ASSERT_EQ(next_ran_on_future.wait_for(10s), std::future_status::ready)
+      << "the task queued behind the helped one never ran";
+  EXPECT_NE(next_ran_on_future.get(), std::this_thread::get_id());
 }
 
 TEST(StreamImplTest, HelperNeverRunsATaskBeforeOneTheWorkerRuns) {

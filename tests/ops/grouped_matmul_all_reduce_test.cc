@@ -333,21 +333,22 @@ TEST_P(GroupedMatmulAllReduceTest, CommTurnSendsTheSumsInThatManyRounds) {
   EXPECT_TRUE(testing::all_ranks_succeeded(results));
 }
 
-// A rank whose GEMMs fail (here an injected bad_alloc before its second round, after its first
-// round's all-reduce) cannot make the operator's remaining all-reduces: it fails the group on
-// every rank, naming itself and why, and rethrows its own error. Its peers used to wait for those
-// all-reduces: until the timeout (20 s here: they must fail within 5), or until the victim's next
-// collective, which they reported as a mismatch with it (here its barrier).
-TEST_P(GroupedMatmulAllReduceTest, ARankWhoseGemmFailsFailsTheGroupOnEveryRankAtOnce) {
-  const int world = GetParam();
+// A rank whose GEMMs fail (an injected bad_alloc before round `failing_round` of a call cut into
+// `comm_turn` rounds) cannot make the operator's remaining all-reduces: it fails the group on
+// every rank, naming itself and why (`reason`), and rethrows its own error. Its peers used to wait
+// for those all-reduces: until the timeout (20 s here: they must fail within 5), or until the
+// victim's next collective, which they reported as a mismatch with it (here its barrier).
+void expect_a_failing_gemm_fails_the_group(int world, int failing_round, int64_t comm_turn,
+                                           const std::string& reason) {
+  // GTEST_SKIP returns from here, the test's only statement.
   if (world == 1) GTEST_SKIP() << "one rank sends nothing";
   if (!collectives::fault::compiled_in()) GTEST_SKIP() << "no fault injection in this build";
   testing::RunOptions options;
   auto results = testing::run_ranks(
       world,
-      [](const testing::RankContext& ctx) {
+      [&](const testing::RankContext& ctx) {
         const int victim = 1;
-        setenv("SHMCCL_FAULT", str("gemm:", victim, ":bad_alloc:2").c_str(), 1);
+        setenv("SHMCCL_FAULT", str("gemm:", victim, ":bad_alloc:", failing_round).c_str(), 1);
         config::reload();
         npu::set_device(ctx.rank % npu::device_count());
         ctx.init(/*timeout_ms=*/20000);
@@ -357,7 +358,8 @@ TEST_P(GroupedMatmulAllReduceTest, ARankWhoseGemmFailsFailsTheGroupOnEveryRankAt
         const auto start = std::chrono::steady_clock::now();
         std::string text;
         try {
-          npu_grouped_mat_mul_all_reduce({x}, {w}, default_group()->comm_name(), {.comm_turn = 3});
+          npu_grouped_mat_mul_all_reduce({x}, {w}, default_group()->comm_name(),
+                                         {.comm_turn = comm_turn});
           throw testing::RequirementFailed("the call succeeded");
         } catch (const std::bad_alloc&) {
           require(ctx.rank == victim, "a bad_alloc on a rank that was not the victim");
@@ -365,10 +367,7 @@ TEST_P(GroupedMatmulAllReduceTest, ARankWhoseGemmFailsFailsTheGroupOnEveryRankAt
         } catch (const Error& error) {
           require(ctx.rank != victim, str("the victim threw ", error.what()));
           text = error.what();
-          const std::string reason =
-              "the group was aborted by rank 1: npu_grouped_mat_mul_all_reduce could not compute "
-              "its products of round 2 of 3: std::bad_alloc";
-          require(text.find(reason) != std::string::npos,
+          require(text.find("the group was aborted by rank 1: " + reason) != std::string::npos,
                   str("the error does not name the victim and why: ", text));
         }
         const double seconds =
@@ -385,6 +384,27 @@ TEST_P(GroupedMatmulAllReduceTest, ARankWhoseGemmFailsFailsTheGroupOnEveryRankAt
       options);
   EXPECT_TRUE(testing::all_ranks_succeeded(results));
   EXPECT_TRUE(testing::no_segments_left(options.job_id));
+}
+
+// After its first round's all-reduce: the peers are in the second round's.
+TEST_P(GroupedMatmulAllReduceTest, ARankWhoseGemmFailsFailsTheGroupOnEveryRankAtOnce) {
+  expect_a_failing_gemm_fails_the_group(GetParam(), /*failing_round=*/2, /*comm_turn=*/3,
+                                        "npu_grouped_mat_mul_all_reduce could not compute its "
+                                        "products of round 2 of 3: std::bad_alloc");
+}
+
+// Before any all-reduce: nothing is in flight to wait for, and the peers are in the first round's.
+TEST_P(GroupedMatmulAllReduceTest, ARankWhoseFirstGemmFailsFailsTheGroupOnEveryRankAtOnce) {
+  expect_a_failing_gemm_fails_the_group(GetParam(), /*failing_round=*/1, /*comm_turn=*/3,
+                                        "npu_grouped_mat_mul_all_reduce could not compute its "
+                                        "products of round 1 of 3: std::bad_alloc");
+}
+
+// One round (the synchronous all-reduce, no stream): the reason names no round.
+TEST_P(GroupedMatmulAllReduceTest, ARankWhoseOnlyGemmFailsFailsTheGroupOnEveryRankAtOnce) {
+  expect_a_failing_gemm_fails_the_group(
+      GetParam(), /*failing_round=*/1, /*comm_turn=*/1,
+      "npu_grouped_mat_mul_all_reduce could not compute its products: std::bad_alloc");
 }
 
 // The operator runs in the order of the current stream: with that stream busy it runs on the
