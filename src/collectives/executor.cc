@@ -881,17 +881,21 @@ void execute(detail::GroupState& state, const OpPlan& plan) {
         mine, plan.sequence, error.what(),
         timed_out ? transport::FailureKind::kTimeout : transport::FailureKind::kRemote);
     record_failure();
-    if (state.mark_failed(error.what())) {
-      // This rank runs no more collectives on the group: its peers must not wait for it (in
-      // this call too, if it never arrived).
-      const bool arrived = transport::arrived_at(mine, plan.sequence);
-      transport.depart(arrived ? plan.sequence + 1 : plan.sequence);
-      fault::point(fault::Point::kGaveUp, global_rank(state), plan.sequence);
-      // A rank that timed out inside the pool waited its whole timeout for a peer there, which
-      // may stay stalled: it does not wait again (docs/errors.md).
-      const bool entered = mine.zero_copy_entered.load(std::memory_order_relaxed) ==
-                           static_cast<uint32_t>(plan.sequence);
-      if (arrived && !(timed_out && entered)) wait_for_peers_in_zero_copy(state, plan.sequence);
+    // Another thread may have failed the group first (an abort, which made this call fail, or
+    // another call's timeout): this call still departs, and still waits for the peers in its
+    // tensors before its caller may reuse them. Only the first failure is reported.
+    const bool first_failure = state.mark_failed(error.what());
+    // This rank runs no more collectives on the group: its peers must not wait for it (in this
+    // call too, if it never arrived).
+    const bool arrived = transport::arrived_at(mine, plan.sequence);
+    transport.depart(arrived ? plan.sequence + 1 : plan.sequence);
+    fault::point(fault::Point::kGaveUp, global_rank(state), plan.sequence);
+    // A rank that timed out inside the pool waited its whole timeout for a peer there, which may
+    // stay stalled: it does not wait again (docs/errors.md).
+    const bool entered = mine.zero_copy_entered.load(std::memory_order_relaxed) ==
+                         static_cast<uint32_t>(plan.sequence);
+    if (arrived && !(timed_out && entered)) wait_for_peers_in_zero_copy(state, plan.sequence);
+    if (first_failure) {
       SHMCCL_WARN(kColl, "group ", state.comm_name(), ": ", error.what());
       FlightRecorder::instance().dump(
           detail::concat("group ", state.comm_name(), ": ", error.what()), DumpTrigger::kFailure);

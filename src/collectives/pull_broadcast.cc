@@ -70,8 +70,18 @@ void pull_from_root(const ExecContext& context, int fault_rank) {
 void wait_for_receivers(detail::GroupState& state, int root, uint64_t sequence, const char* where,
                         const char* call, uint64_t at) {
   transport::GroupTransport& transport = state.transport();
+  // A receiver that gave up on the broadcast before it read (it timed out waiting for a late
+  // root, say) never will: it departed only after the broadcast, which the group's health does
+  // not count, so the wait must look for it.
+  const transport::RankSlot* const root_slot = &transport.slot(root);
+  auto gave_up_unread = [&] {
+    return transport.first_departed([&](const transport::RankSlot& slot) {
+      return &slot != root_slot && transport::gave_up_on(slot, sequence) && pulled(slot) < sequence;
+    });
+  };
   transport.wait_until(
-      [&] { return everyone_pulled(transport, root, sequence); }, state.timeout(),
+      [&] { return everyone_pulled(transport, root, sequence) || gave_up_unread() >= 0; },
+      state.timeout(),
       [&] {
         return detail::concat(
             where, " ", call, " (sequence ", at, ", timeout ", state.timeout().count(), " ms): ",
@@ -79,6 +89,15 @@ void wait_for_receivers(detail::GroupState& state, int root, uint64_t sequence, 
                                       "finished copying broadcast "),
             sequence, " from rank ", root);
       });
+  if (everyone_pulled(transport, root, sequence)) return;
+  const int peer = gave_up_unread();
+  const transport::RankSlot& slot = transport.slot(peer);
+  const std::string message =
+      detail::concat(where, " ", call, " (sequence ", at, "): rank ", peer, " (pid ",
+                     transport.peer_pid(peer), ") gave up on broadcast ", sequence, " from rank ",
+                     root, " before it read the root's tensor: ", transport::failure_text(slot));
+  if (transport::timed_out(slot)) throw TimeoutError(message);
+  throw RemoteError(message);
 }
 
 void settle_pull_before_leaving(detail::GroupState& state) noexcept {

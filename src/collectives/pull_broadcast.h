@@ -41,6 +41,8 @@ void pull_from_root(const ExecContext& context, int fault_rank);
 
 // Waits until every receiver of pull broadcast `sequence` from `root` has read the root's tensor,
 // for at most the group's timeout (TimeoutError naming the others, RemoteError when one dies).
+// A receiver that gave up on the broadcast before it read ends the wait at once, named (a
+// TimeoutError when it timed out).
 // The root waits so in the broadcast itself; a receiver that finished early, before its next
 // collective and before it leaves the group. The message begins "<where> <call> (sequence <at>".
 void wait_for_receivers(detail::GroupState& state, int root, uint64_t sequence, const char* where,

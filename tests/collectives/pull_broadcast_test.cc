@@ -217,6 +217,50 @@ void expect_no_torn_copy_when_the_root_fails(bool rank2_differs) {
   EXPECT_TRUE(testing::all_ranks_succeeded(results));
 }
 
+// The receivers time out waiting for a late root (300 ms) and give up on the broadcast; the root
+// then comes and finds everyone arrived. It must fail at once, naming a receiver that gave up,
+// not wait its own timeout (10 s) for copies that never come.
+TEST(PullBroadcastTest, ALateRootFailsAtOnceWhenItsReceiversGaveUp) {
+  for (int world : {3, 4, 8}) {
+    const testing::TokenPipe gave_up;
+    testing::RunOptions options;
+    auto results = testing::run_ranks(
+        world,
+        [&](const testing::RankContext& ctx) {
+          npu::set_device(ctx.rank % 8);
+          ctx.init();
+          Tensor tensor = from_vector<int32_t>(pattern(ctx.rank)).npu();
+          if (ctx.rank != 0) {
+            default_group()->set_timeout(std::chrono::milliseconds(300));
+            try {
+              broadcast(tensor, 0);
+              throw testing::RequirementFailed("the broadcast completed without its root");
+            } catch (const TimeoutError&) {
+            }
+            gave_up.post();
+            return;
+          }
+          default_group()->set_timeout(std::chrono::seconds(10));
+          require(gave_up.wait(ctx.world - 1), "the receivers did not time out");
+          const auto start = std::chrono::steady_clock::now();
+          std::string text = "the broadcast completed";
+          try {
+            broadcast(tensor, 0);
+          } catch (const TimeoutError& error) {
+            text = error.what();
+          }
+          const double seconds =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          require(text.find("from rank 0 before it read the root's tensor") != std::string::npos,
+                  text);
+          require(seconds < 5, str("the root failed after ", seconds, " s: ", text));
+        },
+        options);
+    EXPECT_TRUE(testing::all_ranks_succeeded(results)) << world << " ranks";
+    EXPECT_TRUE(testing::no_segments_left(options.job_id)) << world << " ranks";
+  }
+}
+
 TEST(PullBroadcastTest, AReceiverWhoseRootSawAMismatchMidCopyReportsItNotTornData) {
   expect_no_torn_copy_when_the_root_fails(/*rank2_differs=*/true);
 }

@@ -561,14 +561,27 @@ void victim_waits(fault::Point point, uint64_t sequence) {
   }
 }
 
-// The victim's side: the bad_alloc, then -7 written into the tensor at once, as a caller that
-// reuses its memory would; once every survivor has its result, the -7 must all be there.
-void reuse_after_the_error(const testing::RankContext& ctx, Tensor& tensor, const Shared& shared) {
+// The victim aborts the group from inside its pool, after its first chunk, while the survivors
+// stop after theirs until it waits for them. The abort marks the group failed before the victim's
+// call fails of it: that call must still wait for the peers in its tensors.
+void victim_aborts(fault::Point point, uint64_t sequence) {
+  if (g_victim && point == fault::Point::kMidCopy && sequence == 2)
+    default_group()->abort("the victim aborts mid-copy");
+  victim_waits(point, sequence);
+}
+
+// The victim's side: its error (`expected` in its text), then -7 written into the tensor at once,
+// as a caller that reuses its memory would; once every survivor has its result, the -7 must all
+// be there.
+void reuse_after_the_error(const testing::RankContext& ctx, Tensor& tensor, const Shared& shared,
+                           const std::string& expected = "std::bad_alloc") {
+  std::string text = "the all-reduce completed";
   try {
     all_reduce(tensor);
-    throw testing::RequirementFailed("the injected bad_alloc did not come");
-  } catch (const std::bad_alloc&) {
+  } catch (const std::exception& error) {
+    text = error.what();
   }
+  require(text.find(expected) != std::string::npos, str("the victim's call: ", text));
   tensor.fill_(-7);
   npu::synchronize();
   shared.step.post(ctx.world - 1);
@@ -581,10 +594,8 @@ void reuse_after_the_error(const testing::RankContext& ctx, Tensor& tensor, cons
                                 " elements of the victim's tensor were written after its error"));
 }
 
-// A survivor's all-reduce must fail naming the victim, with one of `texts`.
-void expect_victim_named(const testing::RankContext& ctx, Tensor& tensor, Shared& shared,
-                         const std::vector<std::string>& texts) {
-  const int victim = ctx.world - 1;
+// A survivor's all-reduce, which must fail: its error's text, reported to the victim.
+std::string survivors_error(Tensor& tensor, const Shared& shared) {
   std::string text = "the all-reduce completed";
   try {
     all_reduce(tensor);
@@ -592,6 +603,14 @@ void expect_victim_named(const testing::RankContext& ctx, Tensor& tensor, Shared
     text = error.what();
   }
   shared.reported.post(1);
+  return text;
+}
+
+// A survivor's all-reduce must fail naming the victim, with one of `texts`.
+void expect_victim_named(const testing::RankContext& ctx, Tensor& tensor, Shared& shared,
+                         const std::vector<std::string>& texts) {
+  const int victim = ctx.world - 1;
+  const std::string text = survivors_error(tensor, shared);
   shared.survivors.arrive_and_wait(ctx.world - 1);
   bool named = false;
   for (const std::string& expected : texts)
@@ -647,6 +666,30 @@ TEST(DepartureTest, ARankWhoseCopyFailedWaitsForThePeersInItsTensors) {
                                     "failed the call before this rank began to move data"});
       },
       [](int world) { return str("mid_copy:", world - 1, ":bad_alloc:2"); });
+  unsetenv("SHMCCL_CHUNK_BYTES");
+}
+
+// As above, but the victim's call fails of an abort the victim made (here from inside the call;
+// another thread's abort is the same): the group was failed before the call failed. The call used
+// to skip its wait for the peers in its tensors then, which could write into them after its caller
+// had them back.
+TEST(DepartureTest, ARankWhoseCallFailsOfItsOwnAbortWaitsForThePeersInItsTensors) {
+  if (!fault::compiled_in()) GTEST_SKIP() << "no fault injection in this build";
+  setenv("SHMCCL_CHUNK_BYTES", "16384", 1);
+  run_at_every_size([&](const testing::RankContext& ctx, Tensor&, Shared& shared) {
+    Tensor tensor = full({reuse::kElements}, ctx.rank + 1, kInt32).npu();
+    reuse::g_shared = &shared;
+    reuse::g_victim = ctx.rank == ctx.world - 1;
+    const std::string reason =
+        str("the group was aborted by rank ", ctx.world - 1, ": the victim aborts mid-copy");
+    fault::set_hook(reuse::victim_aborts);
+    if (reuse::g_victim) {
+      reuse::reuse_after_the_error(ctx, tensor, shared, reason);
+      return;
+    }
+    const std::string text = reuse::survivors_error(tensor, shared);
+    require(text.find(reason) != std::string::npos, text);
+  });
   unsetenv("SHMCCL_CHUNK_BYTES");
 }
 
