@@ -31,6 +31,11 @@ class AsyncWork final : public Work {
   // there. Call once, before the handle is handed out.
   static void enqueue_on(npu::detail::StreamImpl& stream, const std::shared_ptr<AsyncWork>& work);
 
+  // The collective starts only once `recorded` (recorded on `caller`, the caller's current
+  // stream, as it called) has completed: torch's stream order. Call before enqueue_on.
+  void start_after(std::shared_ptr<npu::detail::EventState> recorded,
+                   const npu::detail::StreamImpl& caller);
+
   // After wait(): returns once the stream has counted the collective as completed, so that the
   // caller's next synchronous call finds the stream idle and runs inline (see
   // StreamImpl::Helper::await_recorded).
@@ -40,10 +45,16 @@ class AsyncWork final : public Work {
   // Executes the collective, lets go of the tensors and completes the Work.
   void run() noexcept;
   void help(bool run_here) const override;
+  // Waits for the caller's stream (start_after), at most the group's timeout.
+  void wait_for_caller_stream();
 
   detail::GroupState& state_;
   OwnedTensors tensors_;  // what plan_ references, until the collective has run
   OpPlan plan_;
+  std::shared_ptr<npu::detail::EventState> caller_stream_;  // null: nothing to wait for
+  uint64_t caller_generation_ = 0;
+  int caller_device_ = -1;
+  uint64_t caller_stream_id_ = 0;
   // Set by enqueue_on before the handle is handed out, then only read.
   npu::detail::StreamImpl::Helper helper_;
 };

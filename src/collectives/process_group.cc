@@ -253,7 +253,7 @@ std::shared_ptr<collectives::AsyncWork> enqueue(detail::GroupState& state, const
     if (caller != nullptr) {
       auto ready = std::make_shared<npu::detail::EventState>();
       caller->record(ready);
-      comm.wait(ready);
+      work->start_after(std::move(ready), *caller);
     }
     collectives::AsyncWork::enqueue_on(comm, work);
     return work;

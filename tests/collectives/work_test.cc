@@ -335,5 +335,40 @@ TEST(WorkTest, AnAsyncCallThatCannotBeQueuedLeavesTheGroupInStep) {
   });
 }
 
+// A task on the caller's stream waits for a later collective of the group (a host tensor's
+// all-reduce, which orders after no stream), queued behind an asynchronous call that must come
+// after that very task: a cycle. The call's wait for its caller's stream is bounded by the
+// group's timeout (1 s here): it fails the call and the group, the later collective fails with
+// it, and the stream's task ends. Before, each rank hung for good.
+TEST(WorkTest, ACallWhoseCallersStreamWaitsForALaterCollectiveTimesOut) {
+  run_at({2, 3, 4, 8}, [](const testing::RankContext& ctx) {
+    npu::set_device(0);
+    ctx.init(/*timeout_ms=*/1000);
+    Tensor t = full({4}, 1, kInt32).npu();
+    Tensor host = full({4}, 1, kInt32);
+    std::promise<std::shared_ptr<Work>> later;
+    npu::default_stream().impl()->enqueue([queued = later.get_future().share()] {
+      queued.get()->wait();  // throws once the group failed
+    });
+    const auto start = Clock::now();
+    std::shared_ptr<Work> first = all_reduce(t, ReduceOp::SUM, nullptr, /*async_op=*/true);
+    later.set_value(all_reduce(host, ReduceOp::SUM, nullptr, /*async_op=*/true));
+    std::string text = "the call completed";
+    try {
+      require(first->wait(std::chrono::seconds(20)), "the call never ended");
+    } catch (const TimeoutError& error) {
+      text = error.what();
+    }
+    require(text.find("waited 1000 ms (the group's timeout) for the work queued before it on its "
+                      "caller's current stream") != std::string::npos,
+            text);
+    require(ms_since(start) < 10000, str("the call failed after ", ms_since(start), " ms"));
+    try {
+      npu::synchronize();  // the stream's task ended; it rethrows the later collective's error
+    } catch (const Error&) {
+    }
+  });
+}
+
 }  // namespace
 }  // namespace shmccl
