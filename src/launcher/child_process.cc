@@ -1,6 +1,7 @@
 // Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
 #include "launcher/child_process.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/close_range.h>
 #include <sched.h>
@@ -14,10 +15,12 @@
 
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/check.h"
 
@@ -205,8 +208,14 @@ void ChildProcess::kill_and_reap() noexcept {
   pidfd_.reset();
 }
 
+void ChildProcess::record_sent(int signal_number) {
+  if (signal_number >= 1 && signal_number <= 64)
+    sent_signals_ |= uint64_t{1} << (signal_number - 1);
+}
+
 void ChildProcess::send_signal(int signal_number) {
   if (!pidfd_) return;
+  record_sent(signal_number);
   // The rank's process group (see exec_child): one signal reaches the rank and what it started.
   // Safe by id: until kill_and_reap, the rank or its zombie (try_reap leaves it) holds the id,
   // so no other process can have it. A rank that moved to another group gets it by its pidfd.
@@ -222,6 +231,7 @@ void ChildProcess::send_signal(int signal_number) {
 
 void ChildProcess::send_signal_to_rank(int signal_number) {
   if (!pidfd_ || status_) return;
+  record_sent(signal_number);
   if (pidfd_send_signal(pidfd_.get(), signal_number) < 0 && errno != ESRCH) {
     detail::throw_system_error(
         "pidfd_send_signal(" + std::to_string(pid_) + ", " + signal_name(signal_number) + ")",
@@ -273,6 +283,36 @@ std::optional<std::string> resolve_program(const std::string& program) {
     start = end + 1;
   }
   return std::nullopt;
+}
+
+bool groups_have_running_members(const std::vector<pid_t>& groups) {
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return false;
+  bool found = false;
+  while (const dirent* entry = readdir(proc)) {
+    char* end = nullptr;
+    const long pid = std::strtol(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0') continue;
+    char path[64];
+    std::snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+    std::ifstream stat_file(path);
+    std::string line;
+    if (!std::getline(stat_file, line)) continue;  // gone meanwhile
+    // "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses; the last ')' ends it.
+    const size_t comm_end = line.rfind(')');
+    char state = 0;
+    int parent = 0, group = 0;
+    if (comm_end == std::string::npos ||
+        std::sscanf(line.c_str() + comm_end + 1, " %c %d %d", &state, &parent, &group) != 3) {
+      continue;
+    }
+    if (state == 'Z' || state == 'X') continue;
+    for (pid_t wanted : groups)
+      found = found || group == wanted;
+    if (found) break;
+  }
+  closedir(proc);
+  return found;
 }
 
 std::string unusable_program_reason(const std::string& program) {

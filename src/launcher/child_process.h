@@ -70,6 +70,11 @@ class ChildProcess {
   void send_signal(int signal_number);
   // The same, to the rank process only.
   void send_signal_to_rank(int signal_number);
+  // True when send_signal or send_signal_to_rank sent `signal_number`: a rank that died of it was
+  // stopped by shmrun (the failure summary says so).
+  bool was_sent(int signal_number) const {
+    return signal_number >= 1 && signal_number <= 64 && (sent_signals_ >> (signal_number - 1)) & 1;
+  }
   // True when the (unreaped) child has a handler for `signal_number` (/proc/<pid>/status SigCgt).
   bool catches(int signal_number) const;
   // Collects the exit status if the child has exited (non-blocking); true once it has. The
@@ -79,11 +84,17 @@ class ChildProcess {
  private:
   ChildProcess(pid_t pid, FileDescriptor pidfd) : pid_(pid), pidfd_(std::move(pidfd)) {}
   void kill_and_reap() noexcept;
+  void record_sent(int signal_number);
 
   pid_t pid_ = -1;
   FileDescriptor pidfd_;
   std::optional<ExitStatus> status_;
+  uint64_t sent_signals_ = 0;  // bit n - 1: signal n was sent
 };
+
+// Whether a process that is not a zombie is in one of the process groups `groups` (/proc: a
+// kill(-group, 0) counts the rank's zombie, which holds its group's id until it is reaped).
+bool groups_have_running_members(const std::vector<pid_t>& groups);
 
 // Finds `program` as execvp would (PATH search unless it contains a '/'); nullopt if there is no
 // such executable file.

@@ -20,7 +20,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <unordered_map>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -74,7 +74,10 @@ class EventLoop {
   bool uring_ = false;
   io_uring ring_{};
   OpId next_id_ = 1;  // 0 tags cancel requests, whose completions are ignored
-  std::unordered_map<OpId, Pending> handlers_;
+  // Ordered: ppoll reports what is ready in one wake-up in the order the operations were queued
+  // (two ranks that exit together come in rank order, as io_uring reports them in exit order),
+  // not in a hash table's.
+  std::map<OpId, Pending> handlers_;
 };
 
 }  // namespace shmccl::launcher

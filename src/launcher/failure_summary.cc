@@ -27,13 +27,12 @@ void append_entry(std::string& out, int index, const RankExit& exit,
   const int code = exit.status.signaled ? -exit.status.code : exit.status.code;
   field("exitcode", std::to_string(code) + " (pid: " + std::to_string(exit.pid) + ")");
   if (exit.status.signaled) {
-    // shmrun stops ranks with SIGTERM, then SIGKILL: any other signal (an abort, a crash) the
-    // rank brought on itself, even while the group was being stopped.
-    const bool by_shmrun =
-        exit.stopped && (exit.status.code == SIGTERM || exit.status.code == SIGKILL);
-    const char* when = by_shmrun      ? " (stopped by shmrun)"
-                       : exit.stopped ? " while shmrun was stopping the group"
-                                      : "";
+    // shmrun stops ranks with SIGTERM (or the signal it received, forwarded), then SIGKILL: any
+    // other signal (an abort, a crash) the rank brought on itself, even while the group was
+    // being stopped.
+    const char* when = exit.signaled_by_shmrun ? " (stopped by shmrun)"
+                       : exit.stopped          ? " while shmrun was stopping the group"
+                                               : "";
     field("error", "Signal " + std::to_string(exit.status.code) + " (" +
                        signal_name(exit.status.code) + ") received by PID " +
                        std::to_string(exit.pid) + when);

@@ -27,6 +27,7 @@ struct RankExit {
   ExitStatus status;
   std::chrono::system_clock::time_point time;
   bool stopped = false;  // it ended after shmrun began stopping the group (not necessarily by it)
+  bool signaled_by_shmrun = false;        // it died of a signal shmrun had sent it
   std::optional<RecordedError> recorded;  // what it wrote to its error file
   std::string error_file;                 // that file, when it is kept (the log directory)
 };

@@ -62,9 +62,8 @@ int cleanup(const std::vector<std::string>& only) {
   const CleanupReport report = cleanup_stale_namespaces(only);
   for (const std::string& entry : report.removed)
     std::printf("removed /dev/shm/%s\n", entry.c_str());
-  for (const std::string& ns : report.live) {
-    std::printf("kept namespace %s: its job is still running (lock held)\n", ns.c_str());
-  }
+  for (const KeptNamespace& kept : report.live)
+    std::printf("kept namespace %s: %s\n", kept.ns.c_str(), kept.why.c_str());
   for (const std::string& error : report.errors)
     std::fprintf(stderr, "shmrun: %s\n", error.c_str());
   std::printf("shmrun --cleanup: removed %zu entries, kept %zu live namespaces\n",
@@ -121,7 +120,22 @@ std::string report_to_parent(const std::optional<RecordedError>& recorded, int e
          std::strerror(errno) + "\n";
 }
 
-int run_job(const Options& options) {
+// Ends shmrun by `signal_number` itself, as a program that caught it to clean up should: a shell
+// that waits for it learns so. (Bash ends a script on a child killed by SIGINT, and goes on after
+// one that exited with 130, taking it that the child handled the interrupt.)
+[[noreturn]] void die_of(int signal_number) {
+  std::fflush(nullptr);
+  signal(signal_number, SIG_DFL);
+  sigset_t only;
+  sigemptyset(&only);
+  sigaddset(&only, signal_number);
+  sigprocmask(SIG_UNBLOCK, &only, nullptr);
+  raise(signal_number);
+  _exit(128 + signal_number);  // not reached: the signal's default action ends the process
+}
+
+// `stopped_by`: the signal that stopped the job, when one did and no rank failed before it.
+int run_job(const Options& options, std::optional<int>& stopped_by) {
   std::vector<std::string> warnings;
   LaunchPlan plan = make_launch_plan(options, &warnings);
   if (options.verbose) enable_verbose_logging();
@@ -153,6 +167,7 @@ int run_job(const Options& options) {
                     " ranks\n"
               : "shmrun: received " + name + ": stopped " + std::to_string(result.stopped) +
                     " of " + std::to_string(plan.world_size) + " ranks (the others had ended)\n");
+      stopped_by = result.signal;
       return 128 + *result.signal;
     }
     const RankExit& failed = *result.root_cause;
@@ -258,8 +273,14 @@ int shmrun_main(int argc, char** argv) {
         return dump_config();
       case Mode::kCleanup:
         return cleanup(options.command);
-      case Mode::kRun:
-        return run_job(options);
+      case Mode::kRun: {
+        std::optional<int> stopped_by;
+        const int code = run_job(options, stopped_by);
+        // Only SIGINT: a shell reads the others' 128 + N as it reads a death by them, and
+        // SIGQUIT's default action would dump core.
+        if (stopped_by == SIGINT) die_of(SIGINT);
+        return code;
+      }
     }
   } catch (const LaunchError& error) {
     std::fprintf(stderr, "shmrun: error: %s\n", error.what());

@@ -14,8 +14,8 @@ namespace {
 
 // Signals sent to a process (not faults of its own code) whose default action ends it, besides
 // SIGINT, SIGTERM, SIGHUP, SIGQUIT and SIGUSR1; SIGPIPE is ignored instead.
-constexpr int kOtherEndingSignals[] = {SIGUSR2,   SIGALRM, SIGXCPU, SIGXFSZ,
-                                       SIGVTALRM, SIGPROF, SIGPWR,  SIGSTKFLT};
+constexpr int kOtherEndingSignals[] = {SIGUSR2, SIGALRM, SIGXCPU,   SIGXFSZ, SIGVTALRM,
+                                       SIGPROF, SIGPWR,  SIGSTKFLT, SIGIO};
 
 }  // namespace
 

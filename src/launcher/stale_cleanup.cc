@@ -1,6 +1,7 @@
 // Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
 #include "launcher/stale_cleanup.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -8,9 +9,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <fstream>
 #include <map>
+#include <optional>
+#include <string_view>
 
 #include "core/file_descriptor.h"
 #include "launcher/job_namespace.h"
@@ -69,7 +74,70 @@ void remove_abandoned_lock_temporaries(CleanupReport& report) {
   }
 }
 
+// The shmccl entries of /dev/shm that a process maps or holds open, each with one such pid, as far
+// as /proc shows them (another user's processes it does not: their 0600 entries cannot be removed
+// by this user anyway).
+std::map<std::string, long> entries_in_use() {
+  std::map<std::string, long> in_use;
+  const std::string prefix = std::string(kShmDir) + "/" + kShmPrefix;
+  auto note = [&](std::string path, long pid) {
+    if (path.rfind(prefix, 0) != 0) return;
+    constexpr std::string_view kDeleted = " (deleted)";
+    if (path.ends_with(kDeleted)) path.resize(path.size() - kDeleted.size());
+    in_use.emplace(path.substr(std::strlen(kShmDir) + 1), pid);
+  };
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return in_use;
+  while (const dirent* entry = readdir(proc)) {
+    char* end = nullptr;
+    const long pid = std::strtol(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0') continue;
+    const std::string dir = std::string("/proc/") + entry->d_name;
+    std::ifstream maps(dir + "/maps");
+    for (std::string line; std::getline(maps, line);) {
+      const size_t at = line.find(prefix);
+      if (at != std::string::npos) note(line.substr(at), pid);
+    }
+    if (DIR* fds = opendir((dir + "/fd").c_str())) {
+      while (const dirent* fd = readdir(fds)) {
+        char target[512];
+        const ssize_t n = readlinkat(dirfd(fds), fd->d_name, target, sizeof(target) - 1);
+        if (n > 0) note(std::string(target, static_cast<size_t>(n)), pid);
+      }
+      closedir(fds);
+    }
+  }
+  closedir(proc);
+  return in_use;
+}
+
+// See lockless_namespace_sign_of_life; `in_use`: entries_in_use().
+std::string sign_of_life(const std::vector<std::string>& entries,
+                         const std::map<std::string, long>& in_use, bool named) {
+  for (const std::string& entry : entries) {
+    const auto user = in_use.find(entry);
+    if (user != in_use.end()) {
+      return "no lock file, but pid " + std::to_string(user->second) + " has " + path_of(entry) +
+             " mapped or open";
+    }
+  }
+  if (named) return "";
+  const time_t now = time(nullptr);
+  for (const std::string& entry : entries) {
+    struct stat info;
+    if (stat(path_of(entry).c_str(), &info) == 0 && now - info.st_mtime < kAbandonedAfterSeconds) {
+      return "no lock file, and " + path_of(entry) +
+             " is younger than a minute (name the namespace to remove it)";
+    }
+  }
+  return "";
+}
+
 }  // namespace
+
+std::string lockless_namespace_sign_of_life(const std::vector<std::string>& entries, bool named) {
+  return sign_of_life(entries, entries_in_use(), named);
+}
 
 CleanupReport cleanup_stale_namespaces(const std::vector<std::string>& only, bool launched_only) {
   std::map<std::string, std::vector<std::string>> by_namespace;
@@ -81,6 +149,7 @@ CleanupReport cleanup_stale_namespaces(const std::vector<std::string>& only, boo
   }
 
   CleanupReport report;
+  std::optional<std::map<std::string, long>> in_use;  // read once, if a namespace needs it
   for (const auto& [ns, entries] : by_namespace) {
     const std::string lock_path = path_of(kShmPrefix + ns + ".lock");
     FileDescriptor lock(open(lock_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
@@ -89,10 +158,18 @@ CleanupReport cleanup_stale_namespaces(const std::vector<std::string>& only, boo
       report.errors.push_back("cannot open " + lock_path + ": " + std::strerror(errno));
       continue;
     }
+    if (!lock) {
+      if (!in_use) in_use = entries_in_use();
+      std::string why = sign_of_life(entries, *in_use, !only.empty());
+      if (!why.empty()) {
+        report.live.push_back(KeptNamespace{ns, std::move(why)});
+        continue;
+      }
+    }
     // Held until the namespace is removed: a job cannot come back to life meanwhile.
     if (lock && flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
       if (errno == EWOULDBLOCK) {
-        report.live.push_back(ns);
+        report.live.push_back(KeptNamespace{ns, "its job is still running (lock held)"});
       } else {
         report.errors.push_back("cannot lock " + lock_path + ": " + std::strerror(errno));
       }

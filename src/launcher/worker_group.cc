@@ -114,6 +114,11 @@ class Supervisor {
     if (plan_.verbose) arm_monitor();
     while (live_ > 0)
       run_once();
+    if (grace_timer_armed_) wait_for_what_the_ranks_started();
+    for (Rank& rank : ranks_) {
+      close_pipe(rank.out);
+      close_pipe(rank.err);
+    }
     ranks_ended();
     // The attempt ends when the console took the ranks' output (a slow reader still gets their
     // last lines, which tell why a rank failed), or at once after a signal.
@@ -243,14 +248,39 @@ class Supervisor {
     }
   }
 
+  // During a stop, a rank that ended (a wrapper script, which dies of SIGTERM at once) may leave
+  // what it started still in its own handler of the stop signal (the training process, saving a
+  // checkpoint). As torchrun, shmrun lets them end on their own within the grace period, reading
+  // their output, before the SIGKILL to the ranks' process groups; the job's shared memory goes
+  // once they are gone.
+  void wait_for_what_the_ranks_started() {
+    std::vector<pid_t> groups;
+    for (const Rank& rank : ranks_)
+      groups.push_back(rank.child.pid());
+    if (!groups_have_running_members(groups)) return;
+    SHMCCL_INFO(kLaunch, "every rank ended; waiting for processes they started, SIGKILL at the ",
+                "end of the grace period");
+    while (!killed_all_ && groups_have_running_members(groups)) {
+      bool tick = false;
+      const EventLoop::OpId timer =
+          loop_.add_timeout(kDescendantsPoll, [&tick](int) { tick = true; });
+      run_once();  // their output, a signal, the grace period's end, or the tick
+      if (!tick) loop_.cancel(timer);
+    }
+  }
+
   void on_exit(Rank& rank) {
     if (!rank.child.try_reap()) {  // not expected after POLLIN; wait again
       arm_exit(rank);
       return;
     }
-    // Not waiting for end of file: a grandchild holding the pipe must not keep shmrun alive.
-    close_pipe(rank.out);
-    close_pipe(rank.err);
+    // Not waiting for end of file: a grandchild holding the pipe must not keep shmrun alive. During
+    // a stop, what the rank started may still say why it ends: the pipes stay open until the wait
+    // for it is over (wait_for_what_the_ranks_started).
+    if (!stopping_) {
+      close_pipe(rank.out);
+      close_pipe(rank.err);
+    }
     --live_;
 
     RankExit exit;
@@ -258,6 +288,7 @@ class Supervisor {
     exit.local_rank = rank.plan->rank;
     exit.pid = rank.child.pid();
     exit.status = *rank.child.status();
+    exit.signaled_by_shmrun = exit.status.signaled && rank.child.was_sent(exit.status.code);
     exit.time = std::chrono::system_clock::now();
     SHMCCL_INFO(kLaunch, "rank ", exit.rank, " (pid ", exit.pid,
                 ") ended: ", exit.status.describe(), "; ", live_, " still running");
@@ -360,6 +391,7 @@ class Supervisor {
                 ", SIGKILL after ", plan_.grace_period_s, " s");
     for (Rank& rank : ranks_)
       rank.child.send_signal(stop_signal);
+    grace_timer_armed_ = true;
     loop_.add_timeout(to_duration(plan_.grace_period_s), [this](int) {
       if (live_ > 0) {
         SHMCCL_INFO(kLaunch, "grace period over: SIGKILL to ", live_, " ranks");
@@ -369,6 +401,7 @@ class Supervisor {
   }
 
   void kill_all() {
+    killed_all_ = true;
     for (Rank& rank : ranks_)
       rank.child.send_signal(SIGKILL);
   }
@@ -440,7 +473,11 @@ class Supervisor {
   EventLoop loop_;  // its handlers point into ranks_, which outlive the supervisor
   int live_;
   bool stopping_ = false;
-  int stopped_ = 0;  // ranks still running when the stop began
+  bool grace_timer_armed_ = false;  // the stop's SIGKILL will come (not when no rank was left)
+  bool killed_all_ = false;         // the grace period is over, or a second signal came
+  int stopped_ = 0;                 // ranks still running when the stop began
+  // How often the wait for what the ranks started looks whether it is gone.
+  static constexpr auto kDescendantsPoll = std::chrono::milliseconds(20);
   // What one wake-up of a rank's pipe reads at most, so that a rank writing without pause leaves
   // room for the other events (exits, signals, the other ranks' output).
   static constexpr size_t kDrainPerWakeup = 256 * 1024;

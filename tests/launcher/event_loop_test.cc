@@ -109,6 +109,28 @@ INSTANTIATE_TEST_SUITE_P(Backends, EventLoopTest,
                                                                                       : "Poll");
                          });
 
+// ppoll sees every fd that is ready at one wake-up at once: their handlers run in the order the
+// polls were queued (two ranks' exits seen together: the lower rank first, whose failure is then
+// the root cause), not in a hash table's order. Made ready last to first.
+TEST(EventLoop, PpollRunsTheReadyPollsOfOneWakeUpInTheOrderTheyWereQueued) {
+  EventLoop loop(EventLoop::Backend::kPoll);
+  constexpr int kPipes = 8;
+  int fds[kPipes][2];
+  std::vector<int> fired;
+  for (int i = 0; i < kPipes; ++i) {
+    ASSERT_EQ(pipe2(fds[i], O_CLOEXEC), 0);
+    loop.add_poll(fds[i][0], POLLIN, [&fired, i](int) { fired.push_back(i); });
+  }
+  for (int i = kPipes - 1; i >= 0; --i)
+    ASSERT_EQ(write(fds[i][1], "x", 1), 1);
+  loop.run_once();
+  EXPECT_EQ(fired, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
+  for (auto& pipe : fds) {
+    close(pipe[0]);
+    close(pipe[1]);
+  }
+}
+
 TEST(EventLoop, UsesIoUringWhereTheKernelGivesARing) {
   io_uring ring;
   const bool available = io_uring_queue_init(8, &ring, 0) == 0;

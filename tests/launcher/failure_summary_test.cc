@@ -55,26 +55,33 @@ TEST(FailureSummary, ARecordedErrorIsShownAsTorchrunsTraceback) {
   EXPECT_EQ(text.find("traceback"), text.rfind("traceback")) << "rank 0 recorded nothing: " << text;
 }
 
+// A rank that died of a signal shmrun sent it.
+RankExit stopped_by_shmrun(int rank, int signal_number) {
+  RankExit exit = exit_of(rank, ExitStatus{true, signal_number}, true);
+  exit.signaled_by_shmrun = true;
+  return exit;
+}
+
 TEST(FailureSummary, OnlyShmrunsSignalsReadAsStoppedByShmrun) {
-  const std::string text = summary(
-      {exit_of(1, ExitStatus{true, SIGTERM}, true), exit_of(2, ExitStatus{true, SIGKILL}, true),
-       exit_of(3, ExitStatus{true, SIGABRT}, true), exit_of(4, ExitStatus{true, SIGSEGV}, false),
-       exit_of(5, ExitStatus{false, 1}, true)});
-  EXPECT_NE(text.find("Signal 15 (SIGTERM) received by PID 1001 (stopped by shmrun)\n"),
-            std::string::npos)
-      << text;
-  EXPECT_NE(text.find("Signal 9 (SIGKILL) received by PID 1002 (stopped by shmrun)\n"),
-            std::string::npos)
-      << text;
-  // A rank that aborted on its own while the group was being stopped was not stopped by shmrun.
-  EXPECT_NE(text.find("Signal 6 (SIGABRT) received by PID 1003 while shmrun was stopping the "
-                      "group\n"),
-            std::string::npos)
-      << text;
-  EXPECT_NE(text.find("Signal 11 (SIGSEGV) received by PID 1004\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("exited with code 1 while shmrun was stopping the group\n"),
-            std::string::npos)
-      << text;
+  const std::string text =
+      summary({stopped_by_shmrun(1, SIGTERM), stopped_by_shmrun(2, SIGKILL),
+               exit_of(3, ExitStatus{true, SIGABRT}, true),
+               exit_of(4, ExitStatus{true, SIGSEGV}, false), exit_of(5, ExitStatus{false, 1}, true),
+               stopped_by_shmrun(6, SIGINT), exit_of(7, ExitStatus{true, SIGTERM}, true)});
+  for (const char* line : {
+           "Signal 15 (SIGTERM) received by PID 1001 (stopped by shmrun)\n",
+           "Signal 9 (SIGKILL) received by PID 1002 (stopped by shmrun)\n",
+           // A rank that aborted on its own while the group was being stopped.
+           "Signal 6 (SIGABRT) received by PID 1003 while shmrun was stopping the group\n",
+           "Signal 11 (SIGSEGV) received by PID 1004\n",
+           "exited with code 1 while shmrun was stopping the group\n",
+           // Ctrl-C, forwarded: shmrun stopped the rank with the signal it received.
+           "Signal 2 (SIGINT) received by PID 1006 (stopped by shmrun)\n",
+           // A SIGTERM from someone else: the rank did not end by shmrun's hand.
+           "Signal 15 (SIGTERM) received by PID 1007 while shmrun was stopping the group\n",
+       }) {
+    EXPECT_NE(text.find(line), std::string::npos) << "no line " << line << "in\n" << text;
+  }
 }
 
 }  // namespace

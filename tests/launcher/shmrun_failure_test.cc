@@ -245,6 +245,30 @@ TEST(Failure, ARankFailingWhileTheOutputReaderStalledStopsTheJobAndKeepsItsOutpu
   EXPECT_GT(result.out.size(), size_t{1} << 20) << "the output held back reached the reader";
 }
 
+// A rank that dies of the stop signal at once (a wrapper script) leaves what it started in its
+// own handler: shmrun reads its output and waits for it within the grace period (5 s here), as
+// torchrun does, instead of killing it with the rank's group as soon as the rank is gone.
+TEST(Failure, WhatAStoppedRankStartedGetsTheGracePeriodToEnd) {
+  Shmrun shmrun({"-v", "--nproc-per-node", "2", "--grace-period", "5", kWorker, "wrapper"});
+  ASSERT_TRUE(shmrun.read_until([](const std::string& out) {
+    return Shmrun::has_ready_lines(out, 2);
+  })) << shmrun.out()
+      << shmrun.err();
+  const auto start = std::chrono::steady_clock::now();
+  shmrun.send(SIGTERM);
+  const RunResult result = shmrun.wait();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(result.exit_code, 128 + SIGTERM) << result.err;
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_NE(result.out.find("rank " + std::to_string(rank) + "'s child saved its state"),
+              std::string::npos)
+        << result.out << result.err;
+  }
+  EXPECT_LT(seconds, 4.0) << "shmrun waited out the grace period: " << result.err;
+  expect_shm_clean(namespaces(result.err));
+}
+
 class SignalToShmrun : public ::testing::TestWithParam<int> {};
 
 TEST_P(SignalToShmrun, StopsEveryRankAndExitsWith128PlusTheSignal) {
@@ -256,6 +280,9 @@ TEST_P(SignalToShmrun, StopsEveryRankAndExitsWith128PlusTheSignal) {
   shmrun.send(GetParam());
   const RunResult result = shmrun.wait();
   EXPECT_EQ(result.exit_code, 128 + GetParam()) << result.err;
+  // After its clean-up, shmrun dies of a SIGINT itself: a shell running it in a loop learns of
+  // the interrupt and stops (bash goes on after a child that exited with 130).
+  EXPECT_EQ(result.ended_by_signal, GetParam() == SIGINT ? SIGINT : 0) << result.err;
   expect_ranks_gone(result.err, 2);
   expect_shm_clean(namespaces(result.err));
 }
@@ -288,7 +315,7 @@ TEST_P(UnlistedSignalToShmrun, StopsTheJobAsAListedOneDoes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(EndingSignals, UnlistedSignalToShmrun,
-                         ::testing::Values(SIGUSR2, SIGALRM, SIGXCPU, SIGPWR, SIGRTMIN + 3));
+                         ::testing::Values(SIGUSR2, SIGALRM, SIGXCPU, SIGPWR, SIGIO, SIGRTMIN + 3));
 
 // As torchrun does, shmrun stops the ranks with the signal it received (a rank that handles
 // SIGINT differently from SIGTERM sees which it was); --signals-to-handle adds signals to the

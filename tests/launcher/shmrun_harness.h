@@ -41,6 +41,7 @@ struct RunResult {
   int exit_code = -1;  // shell convention: 128 + signal when shmrun was killed
   std::string out;
   std::string err;
+  int ended_by_signal = 0;  // the signal shmrun died of; 0: it exited
 };
 
 inline int pidfd_open(pid_t pid) {
@@ -198,7 +199,7 @@ class Shmrun {
       waitpid(pid_, &status, 0);
       exit_code_ = 128 + SIGKILL;
     }
-    return RunResult{exit_code_, out_, err_};
+    return RunResult{exit_code_, out_, err_, ended_by_signal_};
   }
 
  private:
@@ -231,6 +232,7 @@ class Shmrun {
       int status = 0;
       waitpid(pid_, &status, 0);
       exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      ended_by_signal_ = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
       close(pidfd_);
       pidfd_ = -1;
     }
@@ -240,6 +242,7 @@ class Shmrun {
   pid_t pid_ = -1;
   int out_fd_ = -1, err_fd_ = -1, pidfd_ = -1;
   int exit_code_ = -1;
+  int ended_by_signal_ = 0;
   bool stdout_stalled_ = false;
   bool stderr_stalled_ = false;
   std::string out_, err_;
