@@ -276,8 +276,7 @@ void run_pool(detail::GroupState& state, ExecContext& context, const Algorithm& 
       // can leave the collective, so every owner is still alive (a rank that found no chunk left
       // never touches peers that may already have exited).
       if (!resolved) {
-        transport.slot(context.rank)
-            .pool_claimed.store(static_cast<uint32_t>(sequence), std::memory_order_relaxed);
+        transport.slot(context.rank).pool_claimed.store(sequence, std::memory_order_relaxed);
         resolve_buffers(context);
         resolved = true;
       }
@@ -306,7 +305,7 @@ void run_pool(detail::GroupState& state, ExecContext& context, const Algorithm& 
     return transport.first_departed([&](const transport::RankSlot& slot) {
       return slot.departed_at.load(std::memory_order_acquire) == sequence + 1 &&
              !transport::timed_out(slot) &&
-             slot.pool_claimed.load(std::memory_order_relaxed) == static_cast<uint32_t>(sequence) &&
+             slot.pool_claimed.load(std::memory_order_relaxed) == sequence &&
              slot.pool_finished.load(std::memory_order_relaxed) != sequence;
     });
   };
@@ -439,7 +438,7 @@ RemoteError mismatch(const char* call, int rank, const OpDescriptor& mine, int p
 void throw_if_a_peer_gave_up(const transport::GroupTransport& transport, const OpPlan& plan) {
   if (transport.header().departures.load(std::memory_order_seq_cst) == 0) [[likely]]
     return;
-  const uint32_t sequence = static_cast<uint32_t>(plan.sequence);
+  const uint64_t sequence = plan.sequence;
   // The first to give up: later ones may have failed for it (its chunks left undone).
   const int peer = transport.first_departed([&](const transport::RankSlot& slot) {
     return slot.gave_up.load(std::memory_order_acquire) == sequence;
@@ -467,8 +466,8 @@ void throw_if_a_peer_gave_up(const transport::GroupTransport& transport, const O
 // needs sits on the giver's side where membarrier can put it there (asymmetric_fence.h): the
 // entry, on every call, then costs a plain store.
 void enter_zero_copy(transport::GroupTransport& transport, const OpPlan& plan) {
-  std::atomic<uint32_t>& entered = transport.slot(transport.rank()).zero_copy_entered;
-  const uint32_t sequence = static_cast<uint32_t>(plan.sequence);
+  std::atomic<uint64_t>& entered = transport.slot(transport.rank()).zero_copy_entered;
+  const uint64_t sequence = plan.sequence;
   if (transport::asymmetric_fences_enabled()) {
     entered.store(sequence, std::memory_order_relaxed);
     std::atomic_signal_fence(std::memory_order_seq_cst);
@@ -489,12 +488,11 @@ void enter_zero_copy(transport::GroupTransport& transport, const OpPlan& plan) {
 // health (an abort or a dead third rank must not cut it short while a live peer is inside).
 void wait_for_peers_in_zero_copy(detail::GroupState& state, uint64_t sequence) {
   transport::GroupTransport& transport = state.transport();
-  const uint32_t low = static_cast<uint32_t>(sequence);
   auto inside = [&](int peer) {
     const transport::RankSlot& slot = transport.slot(peer);
-    return slot.zero_copy_entered.load(std::memory_order_seq_cst) == low &&
+    return slot.zero_copy_entered.load(std::memory_order_seq_cst) == sequence &&
            slot.pool_finished.load(std::memory_order_acquire) != sequence &&
-           slot.gave_up.load(std::memory_order_acquire) != low && !transport.peer_exited(peer);
+           slot.gave_up.load(std::memory_order_acquire) != sequence && !transport.peer_exited(peer);
   };
   // The other half of enter_zero_copy's fence: every running thread of the ranks' processes
   // passes a full barrier, so an entry stored before it is seen below.
@@ -892,8 +890,7 @@ void execute(detail::GroupState& state, const OpPlan& plan) {
     fault::point(fault::Point::kGaveUp, global_rank(state), plan.sequence);
     // A rank that timed out inside the pool waited its whole timeout for a peer there, which may
     // stay stalled: it does not wait again (docs/errors.md).
-    const bool entered = mine.zero_copy_entered.load(std::memory_order_relaxed) ==
-                         static_cast<uint32_t>(plan.sequence);
+    const bool entered = mine.zero_copy_entered.load(std::memory_order_relaxed) == plan.sequence;
     if (arrived && !(timed_out && entered)) wait_for_peers_in_zero_copy(state, plan.sequence);
     if (first_failure) {
       SHMCCL_WARN(kColl, "group ", state.comm_name(), ": ", error.what());

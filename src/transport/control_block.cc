@@ -12,7 +12,7 @@ void give_up(RankSlot& slot, uint64_t sequence, const std::string& reason, Failu
   std::memcpy(slot.failure, reason.data(), length);
   slot.failure[length] = '\0';
   // Release: the text happens-before any peer that sees the give-up.
-  slot.gave_up.store(static_cast<uint32_t>(sequence), std::memory_order_seq_cst);
+  slot.gave_up.store(sequence, std::memory_order_seq_cst);
 }
 
 std::string failure_text(const RankSlot& slot) {

@@ -64,7 +64,7 @@ inline constexpr int kCallRing = 64;
 inline constexpr size_t kSmallInlineBytes = 2 * 1024;
 inline constexpr int kInlineRing = 8;
 inline constexpr uint64_t kControlMagic = 0x73686d63636c4342ull;  // "shmcclCB"
-inline constexpr uint32_t kControlVersion = 17;
+inline constexpr uint32_t kControlVersion = 18;
 
 // The slot entry of collective `sequence`, and its inline area.
 inline constexpr int ring_entry(uint64_t sequence) {
@@ -177,11 +177,6 @@ struct alignas(kCacheLine) RankSlot {
   // Non-zero when this rank waits for rank 0's barrier release (it runs oversubscribed); written
   // before it attaches. Rank 0 releases only when some rank waits.
   std::atomic<uint32_t> awaits_release;
-  // The low 32 bits of the collective this rank failed (gave up on), 0 before any. Set before the
-  // error reaches the caller, who may then reuse its tensors: a pull broadcast's receiver checks
-  // its root's after copying (executor.cc). A group that failed runs no more collectives.
-  std::atomic<uint32_t> gave_up;
-  static_assert(std::atomic<uint32_t>::is_always_lock_free);
   OpDescriptor descriptors[kCallRing];
   alignas(kCacheLine) unsigned char small_inline[kCallRing][kSmallInlineBytes];
   unsigned char inline_data[kInlineRing][kInlineBytes];
@@ -191,13 +186,20 @@ struct alignas(kCacheLine) RankSlot {
   // (GroupTransport::healthy) instead of at its timeout. Read only when the header's
   // `departures` says some rank left.
   std::atomic<uint64_t> departed_at;
+  // The collective this rank failed (gave up on), 0 before any. Set before the error reaches the
+  // caller, who may then reuse its tensors: a pull broadcast's receiver checks its root's after
+  // copying (executor.cc). A group that failed runs no more collectives. 64 bits, as are
+  // pool_claimed and zero_copy_entered: the low 32 of collective 2^32 would read as 0 ("none"),
+  // and a group reaches it (4.3 billion small calls) within hours.
+  std::atomic<uint64_t> gave_up;
+  static_assert(std::atomic<uint64_t>::is_always_lock_free);
   // Why this rank gave up on collective `gave_up`: a FailureKind and a text (NUL-terminated, cut
   // to fit), written before gave_up for the peers that find it there.
   uint32_t failure_kind;
-  // The low 32 bits of the last collective in which this rank claimed a chunk of the work pool
-  // (stored at its first claim): with `pool_finished` and `departed_at`, a peer tells a rank
-  // that failed the call holding unfinished chunks, which no one else will finish.
-  std::atomic<uint32_t> pool_claimed;
+  // The last collective in which this rank claimed a chunk of the work pool (stored at its first
+  // claim): with `pool_finished` and `departed_at`, a peer tells a rank that failed the call
+  // holding unfinished chunks, which no one else will finish.
+  std::atomic<uint64_t> pool_claimed;
 
   // This rank's place among the group's departures (1 for the first), written before
   // departed_at: a rank that failed because another departed names that one, not itself.
@@ -214,18 +216,18 @@ struct alignas(kCacheLine) RankSlot {
   // ran on, and the shared wait it is in (0: none). Written by the owner, read as a hint only.
   alignas(kCacheLine) std::atomic<uint32_t> wait_cpu;
   std::atomic<uint64_t> waits_in;
-  // The low 32 bits of the last collective whose zero-copy phase (the work pool, where ranks read
-  // and write each other's tensors) this rank entered: stored before it checks whether a peer
-  // gave up on the call, so that a peer giving up at that moment sees it and waits until the
-  // rank is out of its tensors (pool_finished) before its caller may reuse them (executor.cc).
-  std::atomic<uint32_t> zero_copy_entered;
+  // The last collective whose zero-copy phase (the work pool, where ranks read and write each
+  // other's tensors) this rank entered: stored before it checks whether a peer gave up on the
+  // call, so that a peer giving up at that moment sees it and waits until the rank is out of its
+  // tensors (pool_finished) before its caller may reuse them (executor.cc).
+  std::atomic<uint64_t> zero_copy_entered;
   // The work pool's chunks of this rank's stripe taken so far, over all collectives (taken by
   // this rank first, then by any rank that has finished its own).
   alignas(kCacheLine) std::atomic<uint64_t> stripe_claimed;
 };
 static_assert(sizeof(RankSlot) % kCacheLine == 0);
 static_assert(offsetof(RankSlot, descriptors) == (kCallRing + 1) * kCacheLine);
-static_assert(sizeof(RankSlot) == 505920);  // a layout change is a kControlVersion change
+static_assert(sizeof(RankSlot) == 505984);  // a layout change is a kControlVersion change
 static_assert(offsetof(OpDescriptor, staging_window) % 8 == 0 && sizeof(OpDescriptor) == 3736);
 
 // RankSlot::attached: 0 until the rank maps the segment, then kAttached; kDetached once it has
@@ -242,7 +244,7 @@ inline auto* inline_area(Slot& slot, uint64_t sequence, uint64_t bytes) {
 
 // Whether rank `slot` gave up on collective `sequence` (RankSlot::gave_up).
 inline bool gave_up_on(const RankSlot& slot, uint64_t sequence) {
-  return slot.gave_up.load(std::memory_order_acquire) == static_cast<uint32_t>(sequence);
+  return slot.gave_up.load(std::memory_order_acquire) == sequence;
 }
 
 // RankSlot::failure_kind: what a peer that learns of the failure throws in turn (a rank that

@@ -162,12 +162,15 @@ std::unique_ptr<GroupTransport> GroupTransport::open(const std::string& name, in
                 " of control block ", name, ", but its first rank set ", chunk_bytes,
                 ": the group uses ", chunk_bytes);
   }
+  // Before this rank's GroupTransport exists: its destructor would depart and detach the slot,
+  // which is the other process's.
+  const RankSlot& taken = rank_slots(header)[rank];
+  SHMCCL_CHECK_ARG(taken.attached.load(std::memory_order_acquire) == 0, "rank ", rank,
+                   " of control block ", name, " is already taken by pid ",
+                   taken.pid.load(std::memory_order_relaxed), ": two processes use the same rank");
   std::unique_ptr<GroupTransport> transport(new GroupTransport(std::move(segment), rank, size));
   transport->chunk_bytes_ = chunk_bytes;
   RankSlot& mine = transport->slot(rank);
-  SHMCCL_CHECK_ARG(mine.attached.load(std::memory_order_acquire) == 0, "rank ", rank,
-                   " of control block ", name, " is already taken by pid ",
-                   mine.pid.load(std::memory_order_relaxed), ": two processes use the same rank");
   mine.pid.store(getpid(), std::memory_order_relaxed);
   std::memcpy(mine.cpus, &transport->own_cpus_, sizeof(mine.cpus));
   mine.cpu_quota = static_cast<uint32_t>(detail::cpu_quota_cores());
