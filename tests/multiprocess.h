@@ -93,6 +93,22 @@ class TokenPipe {
   int fds_[2];
 };
 
+// Waits up to `bound` for forked `child` and returns its exit code; -1 if a signal ended it or it
+// did not end in time (it is killed then): a child that hangs fails the test in seconds.
+inline int exit_code_within(pid_t child, std::chrono::milliseconds bound) {
+  const auto deadline = std::chrono::steady_clock::now() + bound;
+  int status = 0;
+  while (waitpid(child, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      kill(child, SIGKILL);
+      waitpid(child, &status, 0);
+      return -1;
+    }
+    poll(nullptr, 0, 1);
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 template <typename... Args>
 std::string str(const Args&... args) {
   std::ostringstream out;

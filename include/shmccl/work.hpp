@@ -67,12 +67,16 @@ class Work {
   virtual void help(bool run_here) const;
 
  private:
+  // InvalidArgument in a child forked while this work was not completed: nothing runs it there.
+  void throw_if_made_before_fork() const;
+
   const std::string description_;
   const uint64_t sequence_;
   const bool runs_on_stream_ = false;
   // The NPU device whose current stream synchronize() orders (the collective's tensors'); -1:
   // the calling thread's current device.
   const int device_ = -1;
+  const uint64_t fork_generation_;  // the process's, when the work was made (see stream_impl.h)
   mutable std::mutex mutex_;
   std::condition_variable completed_cv_;
   // Set once, by finish() under mutex_ (for completed_cv_'s waiters), with a release store after

@@ -10,13 +10,27 @@
 namespace shmccl {
 
 Work::Work(std::string description, uint64_t sequence)
-    : description_(std::move(description)), sequence_(sequence) {}
+    : description_(std::move(description)),
+      sequence_(sequence),
+      fork_generation_(npu::detail::fork_generation()) {}
 
 Work::Work(std::string description, uint64_t sequence, bool runs_on_stream, int device)
     : description_(std::move(description)),
       sequence_(sequence),
       runs_on_stream_(runs_on_stream),
-      device_(device) {}
+      device_(device),
+      fork_generation_(npu::detail::fork_generation()) {}
+
+void Work::throw_if_made_before_fork() const {
+  if (fork_generation_ == npu::detail::fork_generation() ||
+      completed_.load(std::memory_order_acquire)) [[likely]] {
+    return;
+  }
+  throw InvalidArgument(detail::concat(
+      description_, " (sequence ", sequence_,
+      "): its Work was made before fork() and had not completed; the collective runs in the "
+      "parent process only, so the child would wait for it forever"));
+}
 
 void Work::help(bool /*run_here*/) const {}
 
@@ -36,6 +50,7 @@ std::exception_ptr Work::exception() const {
 }
 
 bool Work::wait(std::chrono::milliseconds timeout) {
+  throw_if_made_before_fork();
   if (!completed_.load(std::memory_order_acquire) && runs_on_stream_) {
     // No deadline to keep: run the collective here if it has not started (it would block this
     // thread just as long on the stream's thread, plus the hand-offs). With one: a collective
@@ -56,6 +71,7 @@ bool Work::wait(std::chrono::milliseconds timeout) {
 }
 
 void Work::synchronize() {
+  throw_if_made_before_fork();
   if (!runs_on_stream_) {
     wait();  // host-side work: waiting on the host is the only ordering there is
     return;

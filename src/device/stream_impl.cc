@@ -30,6 +30,8 @@ namespace {
 // synchronize with it through their creation.
 std::atomic<uint64_t> g_fork_generation{0};
 
+}  // namespace
+
 uint64_t fork_generation() {
   static const bool registered = [] {
     pthread_atfork(nullptr, nullptr,
@@ -39,6 +41,8 @@ uint64_t fork_generation() {
   (void)registered;
   return g_fork_generation.load(std::memory_order_relaxed);
 }
+
+namespace {
 
 // The stream (its State) whose task the calling thread is running, if any: a worker sets it once
 // for its whole life, run_sync around an inline task. Lets run_sync nest and synchronize refuse
@@ -100,6 +104,7 @@ void mark_pending_locked(EventState& event, uint64_t generation) {
   event.completed = false;
   event.error = nullptr;
   event.pending_generations.push_back(generation);
+  event.pending_fork_generation = fork_generation();
 }
 
 // Completes `generation` and wakes who waits for the event (a record's marker, or the task that
@@ -140,9 +145,22 @@ void complete_task_record(EventState& event, uint64_t generation, const std::exc
   complete_generation(event, generation, error);
 }
 
+void throw_if_pending_from_before_fork(const EventState& event, uint64_t generation,
+                                       const char* what) {
+  if (event.pending_fork_generation == g_fork_generation.load(std::memory_order_relaxed) ||
+      generation_completed_locked(event, generation)) [[likely]] {
+    return;
+  }
+  throw InvalidArgument(shmccl::detail::concat(
+      what,
+      ": the event was recorded before fork() and its work had not completed; that work "
+      "runs in the parent process only, so the child would wait for it forever"));
+}
+
 void wait_event_completed(EventState& event) {
   std::unique_lock<std::mutex> lock(event.mutex);
   const uint64_t generation = event.record_generation;
+  throw_if_pending_from_before_fork(event, generation, "Event.synchronize()");
   event.completed_cv.wait(lock, [&] { return generation_completed_locked(event, generation); });
 }
 
@@ -575,6 +593,7 @@ void StreamImpl::wait(const std::shared_ptr<EventState>& event) {
     std::lock_guard<std::mutex> event_lock(event->mutex);
     generation = event->record_generation;
     if (generation_completed_locked(*event, generation)) return;  // nothing to wait for
+    throw_if_pending_from_before_fork(*event, generation, "Event.wait(stream)");
   }
   enqueue([event = event, generation] {  // not [event]: a const member, copied by each move
     std::unique_lock<std::mutex> event_lock(event->mutex);
@@ -584,6 +603,10 @@ void StreamImpl::wait(const std::shared_ptr<EventState>& event) {
 }
 
 void StreamImpl::wait_for_task(const std::shared_ptr<EventState>& event, uint64_t generation) {
+  {
+    std::lock_guard<std::mutex> event_lock(event->mutex);
+    throw_if_pending_from_before_fork(*event, generation, "Work.synchronize()");
+  }
   enqueue([event = event, generation] {
     std::exception_ptr error;
     {

@@ -46,6 +46,9 @@ struct EventState {
   // The error the recording stream had stored when the latest generation completed: work queued
   // before the record failed. Event::synchronize rethrows it (it stays stored in the stream too).
   std::exception_ptr error;
+  // The process's fork_generation() when the latest generation was marked pending: in a child
+  // forked since, nothing will complete it.
+  uint64_t pending_fork_generation = 0;
 };
 
 // True when generation `generation` of `event` has completed. Requires event.mutex held.
@@ -241,7 +244,19 @@ uint64_t begin_task_record(EventState& event);
 void complete_task_record(EventState& event, uint64_t generation,
                           const std::exception_ptr& error = nullptr);
 
-// Blocks until `event`'s latest record (at the time of the call) has completed.
+// Blocks until `event`'s latest record (at the time of the call) has completed. InvalidArgument
+// in a child forked while it was pending (see throw_if_pending_from_before_fork).
 void wait_event_completed(EventState& event);
+
+// How many times this process was forked into a child (0 in the original process, and more in
+// each child): what a stream, an event or a Work made before the fork has no thread to run it in
+// the child.
+uint64_t fork_generation();
+
+// Requires event.mutex held. InvalidArgument if generation `generation` of `event` is pending,
+// recorded before this process was forked: its marker runs in the parent only, and a wait for it
+// here would never end. `what` names the wait.
+void throw_if_pending_from_before_fork(const EventState& event, uint64_t generation,
+                                       const char* what);
 
 }  // namespace shmccl::npu::detail

@@ -335,6 +335,48 @@ TEST(WorkTest, AnAsyncCallThatCannotBeQueuedLeavesTheGroupInStep) {
   });
 }
 
+// A child forked while rank 0's asynchronous all-reduce waits for the last rank has no thread to
+// run it: its wait() and synchronize() there are errors, not hangs. The parent's completes once
+// the last rank comes.
+TEST(WorkTest, AWorkPendingAtForkIsAnErrorToWaitForInTheChild) {
+  const testing::TokenPipe child_done;
+  run_at({2, 3, 4, 8}, [&](const testing::RankContext& ctx) {
+    npu::set_device(0);
+    ctx.init(60000);
+    Tensor t = full({16}, 1, kInt64).npu();
+    if (ctx.rank == ctx.world - 1) {
+      require(child_done.wait(1), "rank 0's child did not finish");
+      all_reduce(t);
+    } else {
+      std::shared_ptr<Work> work = all_reduce(t, ReduceOp::SUM, nullptr, /*async_op=*/true);
+      if (ctx.rank == 0) {
+        const pid_t child = fork();
+        require(child >= 0, "fork");
+        if (child == 0) {
+          int code = 0;
+          for (int step = 1; step <= 2; ++step) {
+            try {
+              step == 1 ? (void)work->wait() : work->synchronize();
+              code = step;
+            } catch (const InvalidArgument& error) {
+              if (std::string(error.what()).find("made before fork()") == std::string::npos)
+                code = 10 + step;
+            }
+            if (code != 0) break;
+          }
+          _exit(code);
+        }
+        const int code = testing::exit_code_within(child, std::chrono::seconds(10));
+        require(code == 0, str("the child's waits: ", code,
+                               " (1, 2: one returned; 11, 12: wrong text; -1: one hung)"));
+        child_done.post();
+      }
+      work->wait();
+    }
+    require(t.cpu().to_vector<int64_t>() == std::vector<int64_t>(16, ctx.world), "the result");
+  });
+}
+
 // A task on the caller's stream waits for a later collective of the group (a host tensor's
 // all-reduce, which orders after no stream), queued behind an asynchronous call that must come
 // after that very task: a cycle. The call's wait for its caller's stream is bounded by the

@@ -4,6 +4,7 @@
 // re-recorded events, timing, destruction. Races are closed with promises and latches; the only
 // timed waits are bounded probes that something has NOT happened yet.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -21,6 +22,7 @@
 #include "core/config.h"
 #include "device/device_context.h"
 #include "device/stream_impl.h"
+#include "multiprocess.h"
 #include "shmccl/error.hpp"
 #include "shmccl/npu.hpp"
 #include "shmccl/tensor.hpp"
@@ -578,6 +580,41 @@ TEST(StreamImplTest, HelpedTaskDroppingTheLastHandleLetsTheWorkerDrainTheQueue) 
   ASSERT_EQ(next_ran_on_future.wait_for(10s), std::future_status::ready)
       << "the task queued behind the helped one never ran";
   EXPECT_NE(next_ran_on_future.get(), std::this_thread::get_id());
+}
+
+// A child forked while an event's record is pending has no thread to run the record's marker: a
+// wait for it there (on the host, or by a stream made in the child) is an error, not a hang.
+TEST(StreamImplTest, AnEventPendingAtForkIsAnErrorToWaitForInTheChild) {
+  auto impl = make_impl();
+  Stream stream(impl);
+  Gate gate;
+  impl->enqueue(gate.task());
+  Event pending;
+  pending.record(stream);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    int code = 0;
+    try {
+      pending.synchronize();
+      code = 1;
+    } catch (const InvalidArgument& error) {
+      if (std::string(error.what()).find("recorded before fork()") == std::string::npos) code = 2;
+    }
+    try {
+      Stream made_here(make_impl(2));
+      pending.wait(made_here);
+      code = code != 0 ? code : 3;
+    } catch (const InvalidArgument&) {
+    }
+    _exit(code);
+  }
+  EXPECT_EQ(testing::exit_code_within(child, 10s), 0)
+      << "1: the wait returned, 2: wrong text, 3: stream wait, "
+         "-1: it hung";
+  gate.open();
+  pending.synchronize();  // in this process the record completes as ever
+  EXPECT_TRUE(pending.query());
 }
 
 TEST(StreamImplTest, HelperNeverRunsATaskBeforeOneTheWorkerRuns) {
