@@ -204,9 +204,17 @@ uint64_t Arena::allocate_segment(uint64_t bytes) {
     }
     offset = fit->first;
     const uint64_t rest = fit->second - length;
+    // The new entries first: a std::bad_alloc then leaves both maps as they were, the range free.
+    const auto segment = segments_.emplace(offset, Segment{length, false}).first;
+    if (rest > 0) {
+      try {
+        free_ranges_.emplace(offset + length, rest);
+      } catch (...) {
+        segments_.erase(segment);
+        throw;
+      }
+    }
     free_ranges_.erase(fit);
-    if (rest > 0) free_ranges_.emplace(offset + length, rest);
-    segments_.emplace(offset, Segment{length, false});
   }
 
   // Commit outside the lock: zeroing a large segment takes milliseconds, and the range is ours.

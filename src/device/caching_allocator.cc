@@ -60,30 +60,31 @@ struct CachingAllocator::State {
 
   Pool& pool_of(const Block* block) { return block->small ? small_pool : large_pool; }
 
-  // Removes and returns the smallest free block of at least `size` bytes, or nullptr.
-  Block* take_best_fit(Pool& pool, uint64_t size) {
+  // Removes the smallest free block of at least `size` bytes from `pool` and returns it in its
+  // node (empty if there is none), which puts it back without allocating (see allocate).
+  Pool::node_type take_best_fit(Pool& pool, uint64_t size) {
     Block key;
     key.size = size;
     auto it = pool.lower_bound(&key);
-    if (it == pool.end()) return nullptr;
-    Block* block = *it;
-    pool.erase(it);
-    return block;
+    if (it == pool.end()) return {};
+    return pool.extract(it);
   }
 
   // Cuts `block` (free, in no pool) down to `size`, when the tail is worth keeping as its own
   // block (>= 512 bytes in small segments, >= 1 MiB in large ones); the tail goes to the pool.
+  // Unchanged if this throws (no memory for the tail or its pool node).
   void split(Block* block, uint64_t size) {
     const uint64_t rest = block->size - size;
     if (rest < (block->small ? kMinBlockSize : kSmallRequest)) return;
-    auto* tail = new Block(*block);
+    auto tail = std::make_unique<Block>(*block);
     tail->ptr = block->ptr + size;
     tail->size = rest;
     tail->prev = block;
-    if (tail->next != nullptr) tail->next->prev = tail;
-    block->next = tail;
+    pool_of(tail.get()).insert(tail.get());
+    if (tail->next != nullptr) tail->next->prev = tail.get();
+    block->next = tail.get();
     block->size = size;
-    pool_of(tail).insert(tail);
+    tail.release();
   }
 
   // Merges the free `block` (in no pool) with its free neighbours; returns the merged block.
@@ -217,12 +218,26 @@ void* CachingAllocator::allocate(size_t bytes) {
   if (bytes > arena_.capacity()) throw state.out_of_memory(bytes);
   const uint64_t size = round_up(bytes, kMinBlockSize);
   const bool small = size <= kSmallRequest;
-  Block* block = state.take_best_fit(small ? state.small_pool : state.large_pool, size);
-  if (block == nullptr) block = state.new_segment(size, bytes);
-  state.split(block, size);
+  State::Pool& pool = small ? state.small_pool : state.large_pool;
+  State::Pool::node_type taken = state.take_best_fit(pool, size);
+  Block* block = taken ? taken.value() : state.new_segment(size, bytes);
+  // The bookkeeping's own allocations may fail (std::bad_alloc): the block then goes back where
+  // it came from, its pool (in its node: no allocation) or the arena, and nothing leaks.
+  try {
+    state.live.emplace(block->ptr, block);
+  } catch (...) {
+    taken ? void(pool.insert(std::move(taken))) : state.release_segment(block);
+    throw;
+  }
+  try {
+    state.split(block, size);
+  } catch (...) {
+    state.live.erase(block->ptr);
+    taken ? void(pool.insert(std::move(taken))) : state.release_segment(block);
+    throw;
+  }
   block->allocated = true;
   block->requested = size;
-  state.live.emplace(block->ptr, block);
   state.stats.allocated_bytes += size;
   state.stats.max_allocated_bytes =
       std::max(state.stats.max_allocated_bytes, state.stats.allocated_bytes);

@@ -9,9 +9,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <new>
 #include <random>
 #include <string>
 #include <thread>
@@ -19,6 +22,30 @@
 
 #include "device/arena.h"
 #include "shmccl/error.hpp"
+
+// Fault injection for the bookkeeping's own allocations: while g_failing_allocation > 0, the
+// g_failing_allocation-th operator new from now throws std::bad_alloc. (Through malloc, which the
+// sanitizers still see. GCC, inlining these into their callers, takes the replaced new and
+// delete for a mismatched pair.)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+namespace {
+std::atomic<int> g_failing_allocation{0};
+}  // namespace
+
+void* operator new(std::size_t bytes) {
+  if (g_failing_allocation.load(std::memory_order_relaxed) > 0 &&
+      g_failing_allocation.fetch_sub(1) == 1) {
+    throw std::bad_alloc();
+  }
+  if (void* memory = std::malloc(bytes != 0 ? bytes : 1)) return memory;
+  throw std::bad_alloc();
+}
+void operator delete(void* memory) noexcept {
+  std::free(memory);
+}
+void operator delete(void* memory, std::size_t) noexcept {
+  std::free(memory);
+}
 
 namespace shmccl::device {
 namespace {
@@ -84,6 +111,47 @@ TEST(CachingAllocatorForkTest, AForkChildsFreeLeavesTheParentsBlocksAlone) {
   EXPECT_EQ(allocator.stats().allocated_bytes, bytes);
   allocator.free(block);
   EXPECT_EQ(allocator.stats().reserved_bytes, 0u);
+}
+
+// Every allocation of memory for the bookkeeping (blocks, pool and map nodes, in the allocator
+// and in the arena) fails in turn, once from a cached free block and once from a new segment:
+// each failure leaves the allocator and the arena as they were. A block lost on the way would
+// keep its segment from ever being wholly free (reserved_bytes > 0 after empty_cache), and a
+// range lost by the arena would leave no room for a segment of its whole capacity.
+TEST_F(CachingAllocatorTest, AFailedBookkeepingAllocationLeaksNothing) {
+  for (bool cached : {true, false}) {
+    SCOPED_TRACE(cached ? "from a cached block" : "from a new segment");
+    int failures = 0;
+    for (int nth = 1;; ++nth) {
+      allocator_.empty_cache();
+      if (cached) allocator_.free(allocator_.allocate(1000));  // a 2 MiB segment, cached free
+      const npu::MemoryStats before = allocator_.stats();
+      g_failing_allocation = nth;
+      void* block = nullptr;
+      try {
+        block = allocator_.allocate(1000);
+      } catch (const std::bad_alloc&) {
+      }
+      const bool failed = g_failing_allocation.exchange(0) <= 0;
+      if (!failed) {
+        ASSERT_NE(block, nullptr);
+        allocator_.free(block);
+        break;
+      }
+      ++failures;
+      ASSERT_EQ(block, nullptr) << "allocation " << nth;
+      const npu::MemoryStats after = allocator_.stats();
+      EXPECT_EQ(after.allocated_bytes, 0u) << "allocation " << nth;
+      EXPECT_EQ(after.reserved_bytes, before.reserved_bytes) << "allocation " << nth;
+      void* again = allocator_.allocate(1000);  // the allocator still works
+      allocator_.free(again);
+      allocator_.empty_cache();
+      EXPECT_EQ(allocator_.stats().reserved_bytes, 0u) << "a block leaked at allocation " << nth;
+      const uint64_t whole = arena_.allocate_segment(arena_.capacity());
+      arena_.free_segment(whole, arena_.capacity());
+    }
+    EXPECT_GE(failures, cached ? 2 : 4) << "fewer bookkeeping allocations than expected";
+  }
 }
 
 TEST_F(CachingAllocatorTest, BlocksAre512ByteAlignedAndInsideTheArena) {
