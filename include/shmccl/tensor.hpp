@@ -150,12 +150,15 @@ Tensor fromfile(const std::string& path, ScalarType dtype, const IntArrayRef& sh
 
 Tensor from_blob_copy(const void* data, const IntArrayRef& shape, ScalarType dtype);
 
-// A host tensor holding `values`, shaped `shape` (default: 1-D).
+// from_vector's work: a host tensor of `count` elements copied from `data`, shaped `shape` (empty:
+// 1-D), whose element count must be `count` (InvalidArgument otherwise).
+Tensor from_values_copy(const void* data, size_t count, const IntArrayRef& shape,
+                        ScalarType dtype);
+
+// A host tensor holding `values`, shaped `shape` (default: 1-D; it must hold exactly the values).
 template <typename T>
 Tensor from_vector(const std::vector<T>& values, const IntArrayRef& shape = {}) {
-  return from_blob_copy(values.data(),
-                        shape.empty() ? IntArrayRef{static_cast<int64_t>(values.size())} : shape,
-                        scalar_type_of_v<T>);
+  return from_values_copy(values.data(), values.size(), shape, scalar_type_of_v<T>);
 }
 // std::vector<bool> is packed; it gets its own overload.
 Tensor from_vector(const std::vector<bool>& values, const IntArrayRef& shape = {});

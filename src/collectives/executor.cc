@@ -871,6 +871,7 @@ void execute(detail::GroupState& state, const OpPlan& plan) {
   transport::RankSlot& mine = state.transport().slot(state.transport().rank());
   try {
     run(state, plan);
+    plan.bump_output_versions();
   } catch (const std::exception& error) {  // shmccl::Error, and std::bad_alloc and the like
     transport::GroupTransport& transport = state.transport();
     const bool timed_out = dynamic_cast<const TimeoutError*>(&error) != nullptr;
@@ -897,6 +898,7 @@ void execute(detail::GroupState& state, const OpPlan& plan) {
       FlightRecorder::instance().dump(
           detail::concat("group ", state.comm_name(), ": ", error.what()), DumpTrigger::kFailure);
     }
+    plan.bump_output_versions();  // partly written, maybe, and no peer writes them any more
     throw;
   }
 }

@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/storage.h"
 #include "shmccl/reduce_op.hpp"
 #include "shmccl/tensor.hpp"
 #include "transport/control_block.h"
@@ -70,6 +71,14 @@ struct OpPlan : CallFields {
   }
   void borrow_output(const Tensor& tensor) { output_ = &tensor; }
   void borrow_outputs(const std::vector<Tensor>& tensors) { outputs_ = &tensors; }
+  // Counts a write to the outputs (Storage::bump_version): as the call is made, and again once
+  // its data has moved, so that a reader of the old bytes in between (a GEMM caching a reordered
+  // weight) has not filed them under the new version.
+  void bump_output_versions() const {
+    if (output_ != nullptr && output_->defined()) output_->storage()->bump_version();
+    for (const Tensor& tensor : outputs())
+      if (tensor.defined()) tensor.storage()->bump_version();
+  }
   // Makes this (fresh) plan equal to `other`, its tensors referenced by `owned` (which must
   // outlive the plan's use).
   void copy_owning(const OpPlan& other, OwnedTensors& owned) {

@@ -270,9 +270,7 @@ std::shared_ptr<collectives::AsyncWork> enqueue(detail::GroupState& state, const
 std::shared_ptr<Work> submit(detail::GroupState& state, OpPlan& plan, bool async_op,
                              Ordering ordering = Ordering::kCallerStream) {
   state.check_not_failed();
-  if (plan.output().defined()) plan.output().storage()->bump_version();
-  for (const Tensor& output : plan.outputs())
-    if (output.defined()) output.storage()->bump_version();
+  plan.bump_output_versions();
   plan.async_op = async_op;
   // What can fail is done before the call takes its number, which its peers would wait for: a
   // stream used across fork() is an error here (idle() checks), and the group's stream starts.

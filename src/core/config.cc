@@ -124,7 +124,8 @@ std::string trim(std::string text) {
   return text.substr(start);
 }
 
-bool parse_bool(const std::string& text, bool* out) {
+bool parse_bool(const std::string& raw, bool* out) {
+  const std::string text = trim(raw);  // as sizes and durations are read
   std::string lower;
   for (char c : text)
     lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -139,7 +140,8 @@ bool parse_bool(const std::string& text, bool* out) {
   return false;
 }
 
-bool parse_int(const std::string& text, int64_t* out) {
+bool parse_int(const std::string& raw, int64_t* out) {
+  const std::string text = trim(raw);
   if (text.empty()) return false;
   char* end = nullptr;
   errno = 0;
@@ -234,9 +236,10 @@ bool parse_bytes(const std::string& raw, uint64_t* out) noexcept {
   } else {
     return false;
   }
-  const double bytes = number * scale;
-  if (!std::isfinite(bytes) || bytes > 1.8e19) return false;
-  *out = static_cast<uint64_t>(std::llround(bytes));
+  // Below 2^64, rounded without llround, whose long long stops at 2^63.
+  const double bytes = std::nearbyint(number * scale);
+  if (!std::isfinite(bytes) || bytes >= 0x1p64) return false;
+  *out = static_cast<uint64_t>(bytes);
   return true;
 }
 

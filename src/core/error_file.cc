@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <ctime>
 #include <memory>
@@ -42,7 +43,10 @@ bool write_fully(int fd, std::string_view data) {
 bool write_error_file(const std::string& contents) {
   const char* path = std::getenv(kErrorFileVariable);
   if (path == nullptr || *path == '\0') return false;
-  const std::string temporary = std::string(path) + ".tmp." + std::to_string(getpid());
+  // One name per writer: two threads of a process that fail at once must not write one file.
+  static std::atomic<uint64_t> writers{0};
+  const std::string temporary = std::string(path) + ".tmp." + std::to_string(getpid()) + "." +
+                                std::to_string(writers.fetch_add(1, std::memory_order_relaxed));
   const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return false;
   const bool written = write_fully(fd, contents);

@@ -224,9 +224,41 @@ std::optional<Value> parse(std::string_view text) {
   return Parser(text).document();
 }
 
+namespace {
+
+// The length of the well-formed UTF-8 sequence at the start of `text` (RFC 3629: no overlong
+// forms, no surrogates, nothing past U+10FFFF), or 0 if it is not one.
+size_t utf8_sequence_length(std::string_view text) {
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
+  const unsigned char lead = byte(0);
+  size_t length = 0;
+  unsigned char low = 0x80, high = 0xBF;  // the second byte's range
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    length = 2;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    length = 3;
+    if (lead == 0xE0) low = 0xA0;
+    if (lead == 0xED) high = 0x9F;
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    length = 4;
+    if (lead == 0xF0) low = 0x90;
+    if (lead == 0xF4) high = 0x8F;
+  } else {
+    return 0;
+  }
+  if (text.size() < length || byte(1) < low || byte(1) > high) return 0;
+  for (size_t i = 2; i < length; ++i) {
+    if (byte(i) < 0x80 || byte(i) > 0xBF) return 0;
+  }
+  return length;
+}
+
+}  // namespace
+
 std::string quote(std::string_view text) {
   std::string out = "\"";
-  for (const char c : text) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
     switch (c) {
       case '"':
         out += "\\\"";
@@ -248,8 +280,16 @@ std::string quote(std::string_view text) {
           char escaped[8];
           std::snprintf(escaped, sizeof(escaped), "\\u%04x", static_cast<unsigned char>(c));
           out += escaped;
-        } else {
+        } else if (static_cast<unsigned char>(c) < 0x80) {
           out += c;
+        } else if (const size_t length = utf8_sequence_length(text.substr(i)); length > 0) {
+          out.append(text.substr(i, length));
+          i += length - 1;
+        } else {
+          // A JSON text is UTF-8 (RFC 8259): a byte that is not (a Latin-1 path in an error
+          // message, a multi-byte character cut short) becomes U+FFFD, as Python's decoder
+          // would make it with errors="replace", instead of making the whole file unreadable.
+          out += "\\ufffd";
         }
     }
   }

@@ -53,8 +53,8 @@ uint32_t parse_subsys(const char* text) {
       mask |= subsys_bit(token);
       token.clear();
       if (*c == '\0') break;
-    } else {
-      token += static_cast<char>(std::toupper(*c));
+    } else if (!std::isspace(static_cast<unsigned char>(*c))) {  // "COLL, SHM" names SHM too
+      token += static_cast<char>(std::toupper(static_cast<unsigned char>(*c)));
     }
   }
   return exclude ? ~mask : mask;

@@ -30,9 +30,14 @@ Tensor::Tensor(std::shared_ptr<detail::Storage> storage, size_t offset_bytes,
       numel_(detail::checked_numel(sizes_)),
       dtype_(dtype) {
   SHMCCL_CHECK_ARG(is_valid(dtype), "invalid dtype ", static_cast<int>(dtype));
-  SHMCCL_CHECK(storage_ == nullptr || offset_bytes_ + nbytes() <= storage_->nbytes(),
-               "tensor view of ", nbytes(), " bytes at offset ", offset_bytes_,
-               " exceeds its storage of ", storage_->nbytes(), " bytes");
+  if (storage_ == nullptr) return;
+  // No sum or product that could wrap around.
+  size_t bytes = 0;
+  SHMCCL_CHECK(!__builtin_mul_overflow(static_cast<size_t>(numel_), element_size(), &bytes) &&
+                   offset_bytes_ <= storage_->nbytes() &&
+                   bytes <= storage_->nbytes() - offset_bytes_,
+               "tensor view of ", numel_, " elements of ", element_size(), " bytes at offset ",
+               offset_bytes_, " exceeds its storage of ", storage_->nbytes(), " bytes");
 }
 
 void Tensor::throw_dim_out_of_range(int64_t dim) const {
@@ -66,8 +71,10 @@ Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
                    dim);
   SHMCCL_CHECK_ARG(this->dim() > 0, "narrow() needs at least one dimension");
   const int64_t rows = sizes_[0];
-  SHMCCL_CHECK_ARG(start >= 0 && length >= 0 && start + length <= rows, "narrow(0, ", start, ", ",
-                   length, ") is out of range for dim 0 of size ", rows);
+  // `length <= rows - start`, not `start + length <= rows`: a huge length ("to the end") would
+  // overflow the sum and pass.
+  SHMCCL_CHECK_ARG(start >= 0 && length >= 0 && start <= rows && length <= rows - start,
+                   "narrow(0, ", start, ", ", length, ") is out of range for dim 0 of size ", rows);
   const int64_t row_elements = rows == 0 ? 0 : numel_ / rows;
   std::vector<int64_t> sizes = sizes_;
   sizes[0] = length;

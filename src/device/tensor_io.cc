@@ -35,12 +35,17 @@ struct Printer {
   bool summarize;
   bool integral_floats;
   std::ostringstream out;
+  // kInt64's values as they are (a double holds integers exactly up to 2^53 only).
+  std::vector<int64_t> exact_integers = {};
 
-  void element(double value) {
+  void element(size_t index) {
+    const double value = values[index];
     if (dtype == kBool) {
       out << (value != 0 ? "True" : "False");
+    } else if (!exact_integers.empty()) {
+      out << exact_integers[index];
     } else if (!is_floating_point(dtype)) {
-      out << static_cast<int64_t>(value);
+      out << static_cast<int64_t>(value);  // 32 bits or fewer: exact in a double
     } else if (std::isnan(value)) {
       out << "nan";
     } else if (std::isinf(value)) {
@@ -55,7 +60,7 @@ struct Printer {
   // Prints the sub-tensor at dimension `dim` starting at flat `offset`.
   void print(size_t dim, int64_t offset, int indent) {
     if (sizes.empty()) {
-      element(values[static_cast<size_t>(offset)]);
+      element(static_cast<size_t>(offset));
       return;
     }
     const int64_t count = sizes[dim];
@@ -71,7 +76,7 @@ struct Printer {
         continue;
       }
       if (dim + 1 == sizes.size()) {
-        element(values[static_cast<size_t>(offset + i * stride)]);
+        element(static_cast<size_t>(offset + i * stride));
       } else {
         print(dim + 1, offset + i * stride, indent + 1);
       }
@@ -93,10 +98,13 @@ std::string Tensor::str() const {
   if (!defined()) return "[ undefined Tensor ]";
   const std::vector<double> values = host_doubles(*this);
   bool integral = true;
+  // Whole numbers print as "3."; beyond what an int64_t holds (1e20) they print in full.
   for (double value : values)
-    integral = integral && std::isfinite(value) && std::trunc(value) == value;
+    integral =
+        integral && std::isfinite(value) && std::trunc(value) == value && std::fabs(value) < 1e18;
   Printer printer{values, sizes_, dtype_, numel_ > kSummarizeAbove, integral && !values.empty(),
                   {}};
+  if (dtype_ == kInt64) printer.exact_integers = cpu().to_vector<int64_t>();
   printer.out << "tensor(";
   printer.print(0, 0, 7);
   if (is_npu()) printer.out << ", device='" << device() << "'";
@@ -164,6 +172,9 @@ bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool e
       continue;
     }
     if (x == y) continue;  // also equal infinities
+    // An infinity is close to itself only (as torch has it): |x - y| <= atol + rtol * inf
+    // would hold for anything.
+    if (std::isinf(x) || std::isinf(y)) return false;
     if (!(std::fabs(x - y) <= atol + rtol * std::fabs(y))) return false;
   }
   return true;

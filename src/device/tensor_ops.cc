@@ -220,11 +220,18 @@ Tensor from_blob_copy(const void* data, const IntArrayRef& shape, ScalarType dty
   return out;
 }
 
+Tensor from_values_copy(const void* data, size_t count, const IntArrayRef& shape,
+                        ScalarType dtype) {
+  if (shape.empty()) return from_blob_copy(data, {static_cast<int64_t>(count)}, dtype);
+  const int64_t elements = detail::checked_numel(shape);
+  SHMCCL_CHECK_ARG(static_cast<uint64_t>(elements) == count, "from_vector: ", count,
+                   " values do not fill a tensor of shape ", shape, " (", elements, " elements)");
+  return from_blob_copy(data, shape, dtype);
+}
+
 Tensor from_vector(const std::vector<bool>& values, const IntArrayRef& shape) {
   std::vector<uint8_t> bytes(values.begin(), values.end());
-  return from_blob_copy(bytes.data(),
-                        shape.empty() ? IntArrayRef{static_cast<int64_t>(values.size())} : shape,
-                        kBool);
+  return from_values_copy(bytes.data(), bytes.size(), shape, kBool);
 }
 
 Tensor& Tensor::copy_(const Tensor& source, bool non_blocking) {
@@ -245,6 +252,7 @@ Tensor& Tensor::copy_(const Tensor& source, bool non_blocking) {
       kernels::cast(destination.data_ptr(), destination.dtype(), source.data_ptr(), source.dtype(),
                     static_cast<size_t>(destination.numel()));
     }
+    destination.storage()->bump_version();  // see the second bump in fill_
   };
   if (to.is_cpu() && from.is_cpu()) {
     work();
@@ -292,6 +300,10 @@ Tensor& Tensor::fill_(double value) {
   device::launch(device(), [destination, bytes] {
     kernels::fill(destination.data_ptr(), destination.dtype(),
                   static_cast<size_t>(destination.numel()), &bytes);
+    // Again once the bytes changed: the first bump comes before the write runs on the stream,
+    // and a reader of the old bytes in between (a GEMM reordering the weight for its cache) must
+    // not have them filed under the new version.
+    destination.storage()->bump_version();
   });
   return *this;
 }
@@ -305,6 +317,7 @@ Tensor& Tensor::add_(const Tensor& other) {
     kernels::binary(kernels::BinaryOp::kAdd, destination.dtype(), destination.data_ptr(),
                     destination.data_ptr(), other.data_ptr(),
                     static_cast<size_t>(destination.numel()));
+    destination.storage()->bump_version();  // see the second bump in fill_
   });
   return *this;
 }
@@ -318,6 +331,7 @@ Tensor& Tensor::mul_(const Tensor& other) {
     kernels::binary(kernels::BinaryOp::kMul, destination.dtype(), destination.data_ptr(),
                     destination.data_ptr(), other.data_ptr(),
                     static_cast<size_t>(destination.numel()));
+    destination.storage()->bump_version();  // see the second bump in fill_
   });
   return *this;
 }

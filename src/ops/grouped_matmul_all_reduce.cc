@@ -65,6 +65,9 @@ std::vector<Round> make_rounds(const GroupedMatmulPlan& plan, int64_t count) {
   int64_t position = 0;
   for (size_t g = 0; g < plan.groups.size(); ++g) {
     const MatmulGroup& group = plan.groups[g];
+    // No output: nothing to compute or send. (Its rows, taken one at a time since they move the
+    // position by nothing, would be m units of nothing: 2^31 of them for a [2^31, 0] x.)
+    if (group.n == 0) continue;
     int64_t row = 0;
     while (row < group.m) {
       Round& round = rounds.back();
@@ -311,9 +314,20 @@ std::vector<Tensor> npu_grouped_mat_mul_all_reduce(const std::vector<Tensor>& x,
                    "] is invalid, which must be 0 (the operator chooses) or a positive count of "
                    "communication rounds");
   ProcessGroupPtr group = group_from_comm_name(hcomm);
-  GroupedMatmulPlan plan =
-      ops::plan_grouped_matmul({kOp, x, weight, options.bias, options.group_list,
-                                options.split_item, options.group_list_type});
+  GroupedMatmulPlan plan;
+  try {
+    plan = ops::plan_grouped_matmul({kOp, x, weight, options.bias, options.group_list,
+                                     options.split_item, options.group_list_type});
+  } catch (const InvalidArgument&) {
+    throw;  // the caller's arguments: reported here alone, as a collective's are
+  } catch (const std::exception& error) {
+    // No memory for y on this rank: its peers would wait for its all-reduces until the timeout.
+    // It fails the group at once, as a failed GEMM does.
+    if (group != nullptr && group->size() > 1) {
+      group->abort(detail::concat(kOp, " could not make its output: ", error.what()));
+    }
+    throw;
+  }
   run_plan(plan, group.get(), options.comm_turn);
   return std::move(plan.outputs);
 }

@@ -43,5 +43,21 @@ TEST(Json, QuoteRoundTrips) {
   EXPECT_EQ(parsed->string, text);
 }
 
+// A JSON text is UTF-8: valid sequences pass as they are, and bytes that are not UTF-8 (a Latin-1
+// path in an error message, a character cut short by a length limit, an overlong form, a
+// surrogate) become U+FFFD, so that the error file stays readable by a strict decoder.
+TEST(Json, QuoteReplacesWhatIsNotUtf8) {
+  EXPECT_EQ(quote("\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"),
+            "\"\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"");
+  EXPECT_EQ(quote("caf\xe9"), "\"caf\\ufffd\"");                             // Latin-1
+  EXPECT_EQ(quote("\xe2\x82"), "\"\\ufffd\\ufffd\"");                        // cut short
+  EXPECT_EQ(quote("\xc0\xaf"), "\"\\ufffd\\ufffd\"");                        // overlong '/'
+  EXPECT_EQ(quote("\xed\xa0\x80"), "\"\\ufffd\\ufffd\\ufffd\"");             // a surrogate
+  EXPECT_EQ(quote("\xf4\x90\x80\x80"), "\"\\ufffd\\ufffd\\ufffd\\ufffd\"");  // past U+10FFFF
+  const auto parsed = parse(quote("caf\xe9"));
+  ASSERT_TRUE(parsed && parsed->is_string());
+  EXPECT_EQ(parsed->string, "caf\xef\xbf\xbd");
+}
+
 }  // namespace
 }  // namespace shmccl::json

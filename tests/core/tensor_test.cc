@@ -91,6 +91,24 @@ TEST(TensorTest, BadShapesAndIndicesAreClearErrors) {
       testing::ThrowsMessage<InvalidArgument>(HasSubstr("shape [5, 3] is invalid")));
   EXPECT_THROW(t.narrow(0, 3, 2), InvalidArgument);
   EXPECT_THROW(t.narrow(1, 0, 1), InvalidArgument);
+  // A huge length or start ("to the end") used to overflow start + length and pass: a view far
+  // past, or before, its storage.
+  const Tensor rows = zeros({4}, kFloat32);
+  EXPECT_THAT([&] { rows.narrow(0, 1, INT64_MAX); },
+              testing::ThrowsMessage<InvalidArgument>(HasSubstr("is out of range for dim 0")));
+  EXPECT_THROW(rows.narrow(0, INT64_MAX, 1), InvalidArgument);
+  EXPECT_EQ(rows.narrow(0, 4, 0).numel(), 0);
+  // from_vector's values must fill the shape: 3 values are not a [2, 3] tensor (it used to read
+  // 12 bytes past them), nor a [1] one.
+  EXPECT_THAT(
+      [] {
+        from_vector<float>({1, 2, 3}, {2, 3});
+      },
+      testing::ThrowsMessage<InvalidArgument>(
+          HasSubstr("3 values do not fill a tensor of shape [2, 3] (6 elements)")));
+  EXPECT_THROW(from_vector<float>({1, 2, 3}, {1}), InvalidArgument);
+  EXPECT_THROW(from_vector(std::vector<bool>{true}, {2}), InvalidArgument);
+  EXPECT_EQ(from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3}).sizes(), (std::vector<int64_t>{2, 3}));
   EXPECT_THAT([&] { t.size(2); }, testing::ThrowsMessage<InvalidArgument>(
                                       HasSubstr("dimension 2 out of range for a tensor of shape")));
   EXPECT_THAT([&] { t.size(-3); },
@@ -164,6 +182,12 @@ TEST(TensorTest, AllcloseAndEqual) {
   EXPECT_FALSE(allclose(a, b));
   EXPECT_TRUE(allclose(a, b, 1e-4, 0, /*equal_nan=*/true));
   EXPECT_FALSE(allclose(a, from_vector<float>({1, 2.1f, NAN}), 1e-3, 0, true));
+  // An infinity is close to itself only: atol + rtol * inf would let any value pass.
+  const Tensor inf = from_vector<float>({INFINITY});
+  EXPECT_TRUE(allclose(inf, inf));
+  EXPECT_FALSE(allclose(from_vector<float>({5}), inf));
+  EXPECT_FALSE(allclose(inf, from_vector<float>({5})));
+  EXPECT_FALSE(allclose(from_vector<float>({-INFINITY}), inf));
   EXPECT_TRUE(equal(arange(5), arange(5)));
   EXPECT_FALSE(equal(arange(5), arange(5, kInt32)));
   EXPECT_DOUBLE_EQ(max_abs_diff(from_vector<double>({1, 5}), from_vector<double>({2, 3})), 2.0);
@@ -177,6 +201,13 @@ TEST(TensorTest, PrintsLikeTorch) {
             "tensor([[1, 2, 3],\n        [4, 5, 6]], device='npu:0', dtype=int32, size=[2, 3])");
   EXPECT_EQ(from_vector<float>({1.5f, 2}).str(), "tensor([1.5000, 2.0000], dtype=float32)");
   EXPECT_THAT(arange(5000).str(), HasSubstr("..."));
+  EXPECT_EQ(from_vector<float>({3, -2}).str(), "tensor([3., -2.], dtype=float32)");
+  // Whole numbers past an int64_t print in full, not as a wrapped integer; int64 values past
+  // 2^53 as they are, not rounded through a double.
+  EXPECT_EQ(from_vector<double>({1e20}).str(),
+            "tensor([100000000000000000000.0000], dtype=float64)");
+  EXPECT_EQ(from_vector<int64_t>({(int64_t{1} << 53) + 1}).str(),
+            "tensor([9007199254740993], dtype=int64)");
 }
 
 TEST(TensorTest, TofileFromfileRoundTrip) {

@@ -407,6 +407,47 @@ TEST_P(GroupedMatmulAllReduceTest, ARankWhoseOnlyGemmFailsFailsTheGroupOnEveryRa
       "npu_grouped_mat_mul_all_reduce could not compute its products: std::bad_alloc");
 }
 
+// A rank that has no memory for y (its NPU is 64 MiB here, y takes 128 MiB) fails the group at
+// once, naming why, so its peers are not left in the operator's all-reduces until the timeout
+// (20 s here: they must fail within 5).
+TEST_P(GroupedMatmulAllReduceTest, ARankWithoutMemoryForTheOutputFailsTheGroupAtOnce) {
+  const int world = GetParam();
+  if (world == 1) GTEST_SKIP() << "one rank sends nothing";
+  testing::RunOptions options;
+  auto results = testing::run_ranks(
+      world,
+      [](const testing::RankContext& ctx) {
+        const int victim = 1;
+        if (ctx.rank == victim) {
+          setenv("SHMCCL_NPU_MEMORY", "64M", 1);
+          config::reload();
+        }
+        npu::set_device(ctx.rank % npu::device_count());
+        ctx.init(/*timeout_ms=*/20000);
+        Tensor x = full({1024, 1}, 1.0, kBFloat16).npu();
+        Tensor w = full({1, 65536}, 1.0, kBFloat16).npu();
+        barrier();
+        const auto start = std::chrono::steady_clock::now();
+        std::string text = "the call succeeded";
+        try {
+          npu_grouped_mat_mul_all_reduce({x}, {w}, default_group()->comm_name());
+        } catch (const Error& error) {
+          text = error.what();
+        }
+        const double seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        const std::string expected =
+            ctx.rank == victim ? "NPU out of memory"
+                               : "the group was aborted by rank 1: npu_grouped_mat_mul_all_reduce "
+                                 "could not make its output: NPU out of memory";
+        require(text.find(expected) != std::string::npos, text);
+        require(seconds < 5, str("the call failed after ", seconds, " s: ", text));
+      },
+      options);
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+  EXPECT_TRUE(testing::no_segments_left(options.job_id));
+}
+
 // The operator runs in the order of the current stream: with that stream busy it runs on the
 // stream's worker thread, whose own current stream is the device's default one. Its all-reduce is
 // then already in stream order and must not wait for the default stream's work, here held by a
@@ -541,6 +582,38 @@ TEST_F(GroupedMatmulSingleRank, WeightCacheHitsAndNoticesWrites) {
   EXPECT_EQ(engine.stats().weight_reorders, 2u);
 }
 
+// A write to the weight queued right behind the operator, on its stream, counts as a write (the
+// storage's version moves) before it runs: the operator, which reads the old bytes, must not
+// keep them in its cache under the new version, or every later call would use the old weight.
+TEST_F(GroupedMatmulSingleRank, AWeightWrittenRightBehindTheOperatorIsNotCachedAsTheNewOne) {
+  ops::MatmulEngine::instance().clear_caches();
+  const Case c{0, kBFloat16, false, 0, 0, false, {{8, 64, 32}}};
+  std::vector<FullGroup> groups = make_problem(c, 1, 7);
+  const FullGroup before = groups[0];
+  Tensor x = npu_tensor(groups[0].x, {8, 64}, kBFloat16);
+  Tensor w = npu_tensor(groups[0].w, {64, 32}, kBFloat16);
+  groups[0].w = random_values(77, 64 * 32, kBFloat16);
+  const Tensor new_weight = from_vector<double>(groups[0].w, {64, 32});
+  npu::Stream busy;
+  std::promise<void> gate;
+  busy.impl()->enqueue([opened = gate.get_future().share()] { opened.wait(); });
+  npu::StreamGuard guard(busy);
+  std::thread writer([&] {
+    npu::StreamGuard writer_guard(busy);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (busy.impl()->pending() < 2 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::yield();                 // until the operator is queued behind the gate
+    w.copy_(new_weight, /*non_blocking=*/true);  // counted now, written after the operator
+    gate.set_value();
+  });
+  std::vector<Tensor> y = npu_grouped_mat_mul_all_reduce({x}, {w}, hcomm());
+  writer.join();
+  require_matches(y[0], reference(before), kBFloat16, "the call before the write");
+  busy.synchronize();
+  y = npu_grouped_mat_mul_all_reduce({x}, {w}, hcomm());
+  require_matches(y[0], reference(groups[0]), kBFloat16, "the call after the write");
+}
+
 TEST_F(GroupedMatmulSingleRank, GroupedMatmulWithoutCommunication) {
   const Case c{2, kFloat16, true, 0, 0, false, {{5, 16, 8}, {7, 24, 8}}};
   const std::vector<FullGroup> groups = make_problem(c, 1, 11);
@@ -553,6 +626,43 @@ TEST_F(GroupedMatmulSingleRank, GroupedMatmulWithoutCommunication) {
   auto y = npu_grouped_matmul(x, w, {.bias = b, .split_item = 2});
   ASSERT_EQ(y.size(), 1u);
   require_matches(y[0], concat({reference(groups[0]), reference(groups[1])}), kFloat16, "no comm");
+}
+
+// The error message of `call`, or "" when it did not throw shmccl::Error.
+template <typename Call>
+std::string error_of(Call call) {
+  try {
+    call();
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "";
+}
+
+// Groups with no output elements are free to be huge. One of 2^31 rows of nothing (n = 0) beside
+// a real one: its rows used to be cut into 2^31 one-row units (51 GB of them) before any GEMM.
+// Four such groups stacked in one y (split_item 2) have 2^64 rows, which no shape can hold.
+TEST_F(GroupedMatmulSingleRank, GroupsWithoutOutputCostNothingAndTheirRowsAreCounted) {
+  const Case c{0, kFloat32, false, 0, 0, false, {{3, 4, 5}}};
+  const std::vector<FullGroup> groups = make_problem(c, 1, 23);
+  const FullGroup& g = groups[0];
+  Tensor x = npu_tensor(g.x, {g.m, g.k_total}, kFloat32);
+  Tensor w = npu_tensor(g.w, {g.k_total, g.n}, kFloat32);
+  const Tensor no_columns = empty({int64_t{1} << 31, 0}, kFloat32, Device::npu(0));
+  const Tensor no_weight = empty({0, 0}, kFloat32, Device::npu(0));
+  std::vector<Tensor> y =
+      npu_grouped_mat_mul_all_reduce({x, no_columns}, {w, no_weight}, hcomm(), {.comm_turn = 3});
+  ASSERT_EQ(y.size(), 2u);
+  require_matches(y[0], reference(g), kFloat32, "beside a group of no output");
+  EXPECT_EQ(y[1].sizes(), (std::vector<int64_t>{int64_t{1} << 31, 0}));
+
+  const Tensor quarter = empty({int64_t{1} << 62, 0}, kFloat32, Device::npu(0));
+  const std::string text = error_of([&] {
+    npu_grouped_mat_mul_all_reduce({quarter, quarter, quarter, quarter},
+                                   {no_weight, no_weight, no_weight, no_weight}, hcomm(),
+                                   {.split_item = 2});
+  });
+  EXPECT_NE(text.find("rows do not fit in int64_t"), std::string::npos) << text;
 }
 
 // Bytes the heap has handed out and not taken back (mmapped blocks included).
@@ -583,17 +693,6 @@ TEST_F(GroupedMatmulSingleRank, ALargeGroupGoesThroughTheGemmInBoundedBlocks) {
 #endif
     require_matches(y[0], reference(g), dtype, str("dtype ", dtype));
   }
-}
-
-// The error message of `call`, or "" when it did not throw shmccl::Error.
-template <typename Call>
-std::string error_of(Call call) {
-  try {
-    call();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "";
 }
 
 TEST_F(GroupedMatmulSingleRank, EveryConstraintHasAClearError) {
