@@ -228,7 +228,7 @@ GroupedMatmulPlan plan_grouped_matmul(const GroupedMatmulArgs& args) {
         " elements does not fit in int64_t with the groups before it");
     plan.flops += 2.0 * static_cast<double>(group.m) * static_cast<double>(group.k) *
                   static_cast<double>(group.n);
-    row_start += rows[i];  // within x0's rows (split_x), so no overflow
+    if (split_x) row_start += rows[i];  // within x0's rows: no overflow
     SHMCCL_CHECK_ARG(!__builtin_add_overflow(total_rows, rows[i], &total_rows), op, ": group ", i,
                      ": its ", rows[i], " rows do not fit in int64_t with the groups before it");
     plan.groups.push_back(std::move(group));
