@@ -588,9 +588,16 @@ TEST(StreamImplTest, AnEventPendingAtForkIsAnErrorToWaitForInTheChild) {
   auto impl = make_impl();
   Stream stream(impl);
   Gate gate;
-  impl->enqueue(gate.task());
+  std::promise<void> gate_reached;
+  impl->enqueue([&, task = gate.task()] {
+    gate_reached.set_value();
+    task();
+  });
   Event pending;
   pending.record(stream);
+  // Fork only once the worker waits at the gate: a worker still starting (setting its device,
+  // reading settings) may hold a lock the child then needs (a new stream reads settings too).
+  gate_reached.get_future().wait();
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
