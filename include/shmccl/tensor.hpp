@@ -152,8 +152,7 @@ Tensor from_blob_copy(const void* data, const IntArrayRef& shape, ScalarType dty
 
 // from_vector's work: a host tensor of `count` elements copied from `data`, shaped `shape` (empty:
 // 1-D), whose element count must be `count` (InvalidArgument otherwise).
-Tensor from_values_copy(const void* data, size_t count, const IntArrayRef& shape,
-                        ScalarType dtype);
+Tensor from_values_copy(const void* data, size_t count, const IntArrayRef& shape, ScalarType dtype);
 
 // A host tensor holding `values`, shaped `shape` (default: 1-D; it must hold exactly the values).
 template <typename T>
