@@ -14,8 +14,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <dirent.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -29,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "core/directory.h"
 #include "shmccl/shmccl.hpp"
 
 namespace shmccl::testing {
@@ -144,12 +143,10 @@ inline std::string unique_job_id() {
 // /dev/shm entries whose name contains `fragment`.
 inline std::vector<std::string> shm_entries(const std::string& fragment) {
   std::vector<std::string> found;
-  if (DIR* dir = opendir("/dev/shm")) {
-    while (dirent* entry = readdir(dir)) {
-      if (std::strstr(entry->d_name, fragment.c_str()) != nullptr) found.push_back(entry->d_name);
-    }
-    closedir(dir);
-  }
+  shmccl::detail::Directory("/dev/shm").for_each([&](const char* name) {
+    if (std::strstr(name, fragment.c_str()) != nullptr) found.emplace_back(name);
+    return true;
+  });
   return found;
 }
 

@@ -1,7 +1,6 @@
 // Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
 #include "launcher/child_process.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <linux/close_range.h>
 #include <sched.h>
@@ -13,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/directory.h"
 
 namespace shmccl::launcher {
 namespace {
@@ -286,32 +287,25 @@ std::optional<std::string> resolve_program(const std::string& program) {
 }
 
 bool groups_have_running_members(const std::vector<pid_t>& groups) {
-  DIR* proc = opendir("/proc");
-  if (proc == nullptr) return false;
   bool found = false;
-  while (const dirent* entry = readdir(proc)) {
-    char* end = nullptr;
-    const long pid = std::strtol(entry->d_name, &end, 10);
-    if (end == entry->d_name || *end != '\0') continue;
+  detail::for_each_process([&](long pid) {
     char path[64];
     std::snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
     std::ifstream stat_file(path);
     std::string line;
-    if (!std::getline(stat_file, line)) continue;  // gone meanwhile
+    if (!std::getline(stat_file, line)) return true;  // gone meanwhile
     // "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses; the last ')' ends it.
     const size_t comm_end = line.rfind(')');
     char state = 0;
     int parent = 0, group = 0;
     if (comm_end == std::string::npos ||
         std::sscanf(line.c_str() + comm_end + 1, " %c %d %d", &state, &parent, &group) != 3) {
-      continue;
+      return true;
     }
-    if (state == 'Z' || state == 'X') continue;
-    for (pid_t wanted : groups)
-      found = found || group == wanted;
-    if (found) break;
-  }
-  closedir(proc);
+    if (state == 'Z' || state == 'X') return true;
+    found = std::find(groups.begin(), groups.end(), group) != groups.end();
+    return !found;
+  });
   return found;
 }
 

@@ -1,7 +1,6 @@
 // Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
 #include "launcher/job_namespace.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/random.h>
@@ -10,8 +9,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 
 #include "core/check.h"
+#include "core/directory.h"
 #include "core/logging.h"
 #include "transport/segment_names.h"
 
@@ -53,13 +54,10 @@ std::string random_hex(size_t bytes) {
 
 std::vector<std::string> list_shm_entries(const std::string& prefix) {
   std::vector<std::string> names;
-  DIR* dir = opendir(kShmDir);
-  if (dir == nullptr) return names;
-  while (const dirent* entry = readdir(dir)) {
-    const std::string name = entry->d_name;
-    if (name.compare(0, prefix.size(), prefix) == 0) names.push_back(name);
-  }
-  closedir(dir);
+  detail::Directory(kShmDir).for_each([&](const char* name) {
+    if (std::strncmp(name, prefix.c_str(), prefix.size()) == 0) names.emplace_back(name);
+    return true;
+  });
   std::sort(names.begin(), names.end());
   return names;
 }

@@ -1,7 +1,6 @@
 // Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
 //
 // shmrun: starts the ranks of a shmccl job on this host and supervises them (docs/launcher.md).
-#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -18,6 +17,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "core/directory.h"
 #include "core/logging.h"
 #include "launcher/console_sink.h"
 #include "launcher/error_files.h"
@@ -230,18 +230,15 @@ void ensure_standard_fds() {
 // waits for EOF. The children ask close_range(CLOSE_RANGE_CLOEXEC) too, but that flag is Linux
 // 5.11+; before, the call fails and only this holds.
 void close_inherited_fds_on_exec() {
-  DIR* directory = opendir("/proc/self/fd");
-  if (directory == nullptr) return;
-  const int own = dirfd(directory);
-  while (const dirent* entry = readdir(directory)) {
-    char* end = nullptr;
-    const long fd = std::strtol(entry->d_name, &end, 10);
-    if (end == entry->d_name || *end != '\0' || fd < 3 || fd == own) continue;
-    const int flags = fcntl(static_cast<int>(fd), F_GETFD);
+  detail::Directory directory("/proc/self/fd");
+  directory.for_each([&](const char* name) {
+    const std::optional<long> fd = detail::numeric_entry(name);
+    if (!fd || *fd < 3 || *fd == directory.fd()) return true;
+    const int flags = fcntl(static_cast<int>(*fd), F_GETFD);
     if (flags >= 0 && (flags & FD_CLOEXEC) == 0)
-      fcntl(static_cast<int>(fd), F_SETFD, flags | FD_CLOEXEC);
-  }
-  closedir(directory);
+      fcntl(static_cast<int>(*fd), F_SETFD, flags | FD_CLOEXEC);
+    return true;
+  });
 }
 
 int shmrun_main(int argc, char** argv) {

@@ -1,7 +1,6 @@
 // Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
 #include "launcher/stale_cleanup.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -17,6 +16,7 @@
 #include <optional>
 #include <string_view>
 
+#include "core/directory.h"
 #include "core/file_descriptor.h"
 #include "launcher/job_namespace.h"
 #include "transport/segment_names.h"
@@ -86,28 +86,22 @@ std::map<std::string, long> entries_in_use() {
     if (path.ends_with(kDeleted)) path.resize(path.size() - kDeleted.size());
     in_use.emplace(path.substr(std::strlen(kShmDir) + 1), pid);
   };
-  DIR* proc = opendir("/proc");
-  if (proc == nullptr) return in_use;
-  while (const dirent* entry = readdir(proc)) {
-    char* end = nullptr;
-    const long pid = std::strtol(entry->d_name, &end, 10);
-    if (end == entry->d_name || *end != '\0') continue;
-    const std::string dir = std::string("/proc/") + entry->d_name;
+  detail::for_each_process([&](long pid) {
+    const std::string dir = "/proc/" + std::to_string(pid);
     std::ifstream maps(dir + "/maps");
     for (std::string line; std::getline(maps, line);) {
       const size_t at = line.find(prefix);
       if (at != std::string::npos) note(line.substr(at), pid);
     }
-    if (DIR* fds = opendir((dir + "/fd").c_str())) {
-      while (const dirent* fd = readdir(fds)) {
-        char target[512];
-        const ssize_t n = readlinkat(dirfd(fds), fd->d_name, target, sizeof(target) - 1);
-        if (n > 0) note(std::string(target, static_cast<size_t>(n)), pid);
-      }
-      closedir(fds);
-    }
-  }
-  closedir(proc);
+    detail::Directory fds(dir + "/fd");
+    fds.for_each([&](const char* fd) {
+      char target[512];
+      const ssize_t n = readlinkat(fds.fd(), fd, target, sizeof(target) - 1);
+      if (n > 0) note(std::string(target, static_cast<size_t>(n)), pid);
+      return true;
+    });
+    return true;
+  });
   return in_use;
 }
 

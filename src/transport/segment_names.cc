@@ -1,7 +1,6 @@
 // Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
 #include "transport/segment_names.h"
 
-#include <dirent.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 
@@ -12,6 +11,7 @@
 #include <memory>
 
 #include "core/check.h"
+#include "core/directory.h"
 #include "core/fnv1a.h"
 #include "core/logging.h"
 
@@ -79,15 +79,17 @@ std::string segment_name(const std::string& ns, const std::string& suffix) {
 std::vector<std::string> list_namespace_segments(const std::string& ns) {
   check_namespace(ns);
   const std::string prefix = namespace_prefix(ns);
-  std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir(kShmDirectory), &::closedir);
-  if (!dir) detail::throw_system_error(detail::concat("opendir(", kShmDirectory, ")"), errno);
-  std::vector<std::string> names;
-  // readdir is thread-safe on distinct DIR streams (glibc); this stream is ours alone.
-  while (const dirent* entry = ::readdir(dir.get())) {
-    if (std::strncmp(entry->d_name, prefix.c_str(), prefix.size()) == 0) {
-      names.push_back(std::string("/") + entry->d_name);
-    }
+  detail::Directory dir(kShmDirectory);
+  if (!dir.valid()) {
+    detail::throw_system_error(detail::concat("opendir(", kShmDirectory, ")"), dir.error());
   }
+  std::vector<std::string> names;
+  dir.for_each([&](const char* name) {
+    if (std::strncmp(name, prefix.c_str(), prefix.size()) == 0) {
+      names.push_back(std::string("/") + name);
+    }
+    return true;
+  });
   return names;
 }
 

@@ -1,7 +1,6 @@
 // Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
 #include "transport/shm_store.h"
 
-#include <dirent.h>
 #include <pthread.h>
 #include <sched.h>
 #include <time.h>
@@ -17,6 +16,7 @@
 #include <thread>
 
 #include "core/check.h"
+#include "core/directory.h"
 #include "core/fnv1a.h"
 #include "core/logging.h"
 #include "transport/futex.h"
@@ -586,16 +586,14 @@ void ShmStore::remove_orphans() const {
   const std::string store_entry = segment_.name().substr(1);
   const std::string prefix =
       store_entry.substr(0, store_entry.size() - std::string("store").size());
-  DIR* directory = ::opendir("/dev/shm");
-  if (directory == nullptr) return;
   std::vector<std::string> orphans;
-  while (const dirent* entry = ::readdir(directory)) {
-    const std::string file = entry->d_name;
-    if (file.compare(0, prefix.size(), prefix) != 0 || file == store_entry) continue;
-    if (file.size() >= 5 && file.compare(file.size() - 5, 5, ".lock") == 0) continue;
+  detail::Directory("/dev/shm").for_each([&](const char* name) {
+    const std::string file = name;
+    if (file.compare(0, prefix.size(), prefix) != 0 || file == store_entry) return true;
+    if (file.ends_with(".lock")) return true;
     orphans.push_back(file);
-  }
-  ::closedir(directory);
+    return true;
+  });
   for (const std::string& file : orphans) {
     SHMCCL_WARN(kShm, "removing /dev/shm/", file, ", left by the job of the stale store");
     ShmSegment::unlink_name("/" + file);

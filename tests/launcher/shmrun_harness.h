@@ -6,7 +6,6 @@
 // that processes are gone and /dev/shm is clean. Header-only; not thread-safe.
 #pragma once
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -28,6 +27,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "core/directory.h"
 
 extern char** environ;
 
@@ -336,14 +337,10 @@ inline std::vector<std::string> namespaces(const std::string& err) {
 inline std::vector<std::string> shm_entries(const std::string& ns) {
   std::vector<std::string> names;
   const std::string prefix = "shmccl." + ns + ".";
-  if (DIR* dir = opendir("/dev/shm")) {
-    while (const dirent* entry = readdir(dir)) {
-      if (std::strncmp(entry->d_name, prefix.c_str(), prefix.size()) == 0) {
-        names.emplace_back(entry->d_name);
-      }
-    }
-    closedir(dir);
-  }
+  shmccl::detail::Directory("/dev/shm").for_each([&](const char* name) {
+    if (std::strncmp(name, prefix.c_str(), prefix.size()) == 0) names.emplace_back(name);
+    return true;
+  });
   return names;
 }
 

@@ -11,7 +11,6 @@
 //   CI:      SHMCCL_SOAK_ITERATIONS=10000, SHMCCL_SOAK_SECONDS=20 (the defaults; whichever first)
 //   by hand: SHMCCL_SOAK_ITERATIONS=1000000 SHMCCL_SOAK_SECONDS=3600 SHMCCL_SOAK_SEED=7
 //            build/tests/reliability_soak_test
-#include <dirent.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -23,6 +22,7 @@
 #include <random>
 
 #include "core/config.h"
+#include "core/directory.h"
 #include "core/logging.h"
 #include "multiprocess.h"
 #include "reliability/random_collective.h"
@@ -48,20 +48,17 @@ struct FdCount {
 
 FdCount open_fds() {
   FdCount count;
-  if (DIR* dir = opendir("/proc/self/fd")) {
-    while (const dirent* entry = readdir(dir)) {
-      if (entry->d_name[0] == '.') continue;
-      char target[256] = {};
-      const std::string link = std::string("/proc/self/fd/") + entry->d_name;
-      if (readlink(link.c_str(), target, sizeof(target) - 1) < 0) continue;
-      if (std::strstr(target, "memfd:shmccl-npu") != nullptr) {
-        ++count.arenas;
-      } else {
-        ++count.other;
-      }
+  shmccl::detail::Directory dir("/proc/self/fd");
+  dir.for_each([&](const char* fd) {
+    char target[256] = {};
+    if (readlinkat(dir.fd(), fd, target, sizeof(target) - 1) < 0) return true;
+    if (std::strstr(target, "memfd:shmccl-npu") != nullptr) {
+      ++count.arenas;
+    } else {
+      ++count.other;
     }
-    closedir(dir);
-  }
+    return true;
+  });
   return count;
 }
 
