@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <functional>
 #include <list>
 #include <mutex>
 #include <new>
@@ -160,6 +161,12 @@ struct MatmulEngine::Impl {
   uint64_t weight_bytes = 0;
   std::atomic<uint64_t> weight_budget{config::get_bytes("SHMCCL_OPS_WEIGHT_CACHE_BYTES")};
   Stats stats;
+  std::function<void()> reorder_hook_for_testing;  // guarded by mutex
+
+  std::function<void()> reorder_hook() const {
+    std::lock_guard<std::mutex> lock(mutex);
+    return reorder_hook_for_testing;
+  }
 
   ThreadMemories& thread_memories(const std::shared_ptr<const CachedPrimitive>& primitive) {
     thread_local std::unordered_map<const CachedPrimitive*, ThreadMemories> memories;
@@ -213,13 +220,14 @@ struct MatmulEngine::Impl {
     const detail::Storage* storage = weight.storage().get();
     const size_t offset = weight.storage_offset_bytes();
     const uint64_t version = weight.version();
+    auto same_weight = [&](const CachedWeight& cached) {
+      return cached.storage == storage && cached.offset == offset && cached.k == shape.k &&
+             cached.n == shape.n && cached.dtype == shape.dtype && cached.desc == desc;
+    };
     {
       std::lock_guard<std::mutex> lock(mutex);
       for (auto it = weights.begin(); it != weights.end(); ++it) {
-        if (it->storage != storage || it->offset != offset || it->k != shape.k ||
-            it->n != shape.n || it->dtype != shape.dtype || it->desc != desc) {
-          continue;
-        }
+        if (!same_weight(*it)) continue;
         if (it->alive.expired() || it->version != version) {
           weight_bytes -= it->bytes;
           weights.erase(it);
@@ -243,11 +251,21 @@ struct MatmulEngine::Impl {
     dnnl::stream& stream = thread_stream();
     dnnl::reorder(plain, reordered).execute(stream, plain, reordered);
     stream.wait();
+    if (std::function<void()> hook = reorder_hook()) hook();
     const uint64_t bytes = desc.get_size();
     std::lock_guard<std::mutex> lock(mutex);
     const uint64_t budget = weight_budget.load();
     ++stats.weight_reorders;
     if (bytes > budget) return reordered;  // used once, not kept
+    // Threads that missed on one weight at once each reordered it: the cache keeps one entry, of
+    // the newest version (an entry of an expired storage at the same address is stale).
+    for (auto it = weights.begin(); it != weights.end(); ++it) {
+      if (!same_weight(*it)) continue;
+      if (!it->alive.expired() && it->version >= version) return reordered;
+      weight_bytes -= it->bytes;
+      weights.erase(it);
+      break;
+    }
     while (weight_bytes + bytes > budget && !weights.empty()) {
       weight_bytes -= weights.back().bytes;
       weights.pop_back();
@@ -313,6 +331,11 @@ MatmulEngine::Stats MatmulEngine::stats() const {
   Stats stats = impl_->stats;
   stats.weight_cache_bytes = impl_->weight_bytes;
   return stats;
+}
+
+void MatmulEngine::set_reorder_hook_for_testing(std::function<void()> hook) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->reorder_hook_for_testing = std::move(hook);
 }
 
 void MatmulEngine::clear_caches() {

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "shmccl/tensor.hpp"
@@ -45,6 +46,9 @@ class MatmulEngine {
   };
   Stats stats() const;
   void clear_caches();
+  // Tests only: called on the reordering thread after each weight reorder, before the reordered
+  // weight enters the cache (empty: none).
+  void set_reorder_hook_for_testing(std::function<void()> hook);
 
   ~MatmulEngine();
 

@@ -91,6 +91,82 @@ TEST(MatmulEngineTest, AGemmOnAnotherTeamSizeGetsAPrimitiveMadeForIt) {
   EXPECT_EQ(c, p.expected);
 }
 
+// Two threads that miss the weight cache on one weight at once both reorder it (neither waits for
+// the other); the cache must then hold it once, and the next call hit that entry.
+TEST(MatmulEngineTest, TwoThreadsMissingOnOneWeightAtOnceLeaveOneCacheEntry) {
+  MatmulEngine& engine = MatmulEngine::instance();
+  const Problem p = make_problem(16, 64, 32, 5);
+  engine.clear_caches();
+  std::vector<float> c(p.expected.size());
+  engine.matmul(p.shape, p.a.data_ptr(), p.shape.k, p.weight, c.data(), 1);
+  const uint64_t entry_bytes = engine.stats().weight_cache_bytes;
+  ASSERT_GT(entry_bytes, 0u) << "the weight was not cached: nothing to test";
+  engine.clear_caches();
+
+  const MatmulEngine::Stats before = engine.stats();
+  // Each reorder waits for the other's: both threads have missed before either can insert.
+  std::latch both_reordered(2);
+  engine.set_reorder_hook_for_testing([&both_reordered] { both_reordered.arrive_and_wait(); });
+  std::vector<std::vector<float>> results(2, std::vector<float>(p.expected.size()));
+  std::vector<std::thread> threads;
+  for (std::vector<float>& result : results) {
+    threads.emplace_back([&engine, &p, &result] {
+      engine.matmul(p.shape, p.a.data_ptr(), p.shape.k, p.weight, result.data(), 1);
+    });
+  }
+  for (std::thread& thread : threads)
+    thread.join();
+  engine.set_reorder_hook_for_testing(nullptr);
+  EXPECT_EQ(results[0], p.expected);
+  EXPECT_EQ(results[1], p.expected);
+  const MatmulEngine::Stats after = engine.stats();
+  EXPECT_EQ(after.weight_reorders, before.weight_reorders + 2);
+  EXPECT_EQ(after.weight_cache_bytes, entry_bytes) << "the weight is cached twice";
+
+  engine.matmul(p.shape, p.a.data_ptr(), p.shape.k, p.weight, c.data(), 1);
+  EXPECT_EQ(c, p.expected);
+  EXPECT_EQ(engine.stats().weight_reorders, after.weight_reorders);
+  EXPECT_EQ(engine.stats().weight_cache_hits, after.weight_cache_hits + 1);
+}
+
+// A weight written between two threads' reorders: the cache keeps the newer version's entry, and
+// the call after the write gets the new numbers.
+TEST(MatmulEngineTest, AnOlderReorderFinishingLastDoesNotReplaceANewerEntry) {
+  MatmulEngine& engine = MatmulEngine::instance();
+  Problem p = make_problem(16, 64, 32, 6);
+  engine.clear_caches();
+  const uint64_t old_version = p.weight.version();
+  std::latch old_reordered(1), new_cached(1);
+  std::atomic<int> reorders{0};
+  engine.set_reorder_hook_for_testing([&] {
+    // The first reorder (of the old version) waits until the newer one is in the cache.
+    if (reorders.fetch_add(1) == 0) {
+      old_reordered.count_down();
+      new_cached.wait();
+    }
+  });
+  std::vector<float> old_result(p.expected.size());
+  std::thread old_call(
+      [&] { engine.matmul(p.shape, p.a.data_ptr(), p.shape.k, p.weight, old_result.data(), 1); });
+  old_reordered.wait();
+  p.weight.mul_(full({p.shape.k, p.shape.n}, 2.0, kBFloat16));  // a new version
+  ASSERT_GT(p.weight.version(), old_version);
+  std::vector<float> doubled(p.expected.size());
+  engine.matmul(p.shape, p.a.data_ptr(), p.shape.k, p.weight, doubled.data(), 1);
+  new_cached.count_down();
+  old_call.join();
+  engine.set_reorder_hook_for_testing(nullptr);
+  EXPECT_EQ(old_result, p.expected);
+  for (size_t i = 0; i < doubled.size(); ++i)
+    ASSERT_EQ(doubled[i], 2 * p.expected[i]) << "element " << i;
+
+  const MatmulEngine::Stats settled = engine.stats();
+  std::vector<float> again(p.expected.size());
+  engine.matmul(p.shape, p.a.data_ptr(), p.shape.k, p.weight, again.data(), 1);
+  EXPECT_EQ(again, doubled) << "the old version's entry replaced the new one";
+  EXPECT_EQ(engine.stats().weight_cache_hits, settled.weight_cache_hits + 1);
+}
+
 // The ranks that may run on a rank's CPUs share them, whether a launcher bound them there or a
 // taskset around the whole job did (a CPU set smaller than the host's is not always the rank's).
 TEST(CpuShareTest, RanksShareTheCpusTheyMayRunOn) {
