@@ -768,8 +768,9 @@ void run(detail::GroupState& state, const OpPlan& plan) {
   if (needs == Needs::kEveryone) early.all_arrived_at(transport, sequence);
 
   ExecContext context(transport, plan, rank, size, transport.chunk_bytes());
-  static const uint64_t streaming_bytes = config::get_bytes("SHMCCL_STREAMING_BYTES");
-  context.streaming = !inline_payload && output_bytes(plan, size) >= streaming_bytes;
+  static config::CachedSetting<uint64_t, config::get_bytes> streaming_bytes(
+      "SHMCCL_STREAMING_BYTES");
+  context.streaming = !inline_payload && output_bytes(plan, size) >= streaming_bytes.get();
   auto throw_if_differs = [&](int r) {
     const transport::RankSlot& slot = transport.slot(r);
     if (slot.arrivals[entry].fingerprint.load(std::memory_order_relaxed) != fingerprint)

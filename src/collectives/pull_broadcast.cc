@@ -40,9 +40,10 @@ void mark_pulled(transport::GroupTransport& transport, int root, uint64_t sequen
 }  // namespace
 
 bool pulls(const OpPlan& plan, int size) {
-  static const int64_t from_ranks = config::get_int("SHMCCL_PULL_BROADCAST_RANKS");
-  return plan.kind == transport::OpKind::kBroadcast && from_ranks > 0 && size >= from_ranks &&
-         size > 1;
+  if (plan.kind != transport::OpKind::kBroadcast || size <= 1) return false;
+  static config::CachedSetting<int64_t, config::get_int> from_ranks("SHMCCL_PULL_BROADCAST_RANKS");
+  const int64_t threshold = from_ranks.get();
+  return threshold > 0 && size >= threshold;
 }
 
 void pull_from_root(const ExecContext& context, int fault_rank) {

@@ -2,6 +2,7 @@
 #include "core/config.h"
 
 #include <array>
+#include <atomic>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -315,10 +316,19 @@ double get_seconds(const char* name) {
   return value;
 }
 
+namespace {
+std::atomic<uint64_t> g_generation{1};
+}  // namespace
+
 void reload() noexcept {
   ParsedValues& state = parsed();
   std::lock_guard<std::mutex> lock(state.mutex);
   state.values.clear();
+  g_generation.fetch_add(1, std::memory_order_release);
+}
+
+uint64_t generation() noexcept {
+  return g_generation.load(std::memory_order_acquire);
 }
 
 }  // namespace shmccl::config

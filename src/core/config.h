@@ -6,6 +6,7 @@
 // Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -38,5 +39,34 @@ bool parse_seconds(const std::string& text, double* out) noexcept;
 
 // Forgets parsed values so the next get_* reads the environment again (tests).
 void reload() noexcept;
+
+// How many times reload() ran, plus one: a value kept outside the registry is stale once this
+// changes.
+uint64_t generation() noexcept;
+
+// A setting kept for hot paths, where get_*'s lock and lookup would show: read again only after a
+// reload(). `Read` is one of the get_* functions above. Constant-initialized, so a function-local
+// static of this type costs no guard.
+template <typename T, T (*Read)(const char*)>
+class CachedSetting {
+ public:
+  explicit constexpr CachedSetting(const char* name) noexcept : name_(name) {}
+
+  T get() {
+    const uint64_t current = generation();
+    if (generation_seen_.load(std::memory_order_acquire) == current) {
+      return value_.load(std::memory_order_relaxed);
+    }
+    const T value = Read(name_);
+    value_.store(value, std::memory_order_relaxed);
+    generation_seen_.store(current, std::memory_order_release);
+    return value;
+  }
+
+ private:
+  const char* name_;
+  std::atomic<T> value_{};
+  std::atomic<uint64_t> generation_seen_{0};  // 0: never read
+};
 
 }  // namespace shmccl::config

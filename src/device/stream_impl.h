@@ -109,7 +109,12 @@ class StreamImpl {
   // stream is idle the task runs on the calling thread (no hand-off) while the stream counts as
   // busy, so work queued meanwhile runs after it; otherwise it is queued and waited for. Called
   // from a task of this stream it runs the task at once (it is already in order). Errors stored
-  // by earlier tasks stay stored (they surface at synchronize()).
+  // by earlier tasks stay stored (they surface at synchronize()). The caller keeps the stream
+  // alive for the call: `task` must not drop its last handle, since run_sync counts the task
+  // completed after it returns. Holding a reference here instead would cost the synchronous
+  // small-collective path two atomic read-modify-writes; the only callers (device::run_ordered,
+  // read_ordered) run the library's own tasks on the thread's current stream, which its
+  // ThreadStreams keeps.
   void run_sync(const std::function<void()>& task);
 
   // True when the worker sleeps in a poll (see State::helped_until): helpable tasks queued now

@@ -69,5 +69,23 @@ TEST(Config, DebugSubsystemsTakeSpacesAfterTheirCommas) {
   EXPECT_FALSE(log::enabled(log::Level::kInfo, log::kLaunch));
 }
 
+// A setting kept for a hot path follows reload() (tests change settings between cases), and only
+// reload(): between two, it keeps the value it read.
+TEST(Config, ACachedSettingIsReadAgainAfterAReloadOnly) {
+  static config::CachedSetting<int64_t, config::get_int> ranks("SHMCCL_PULL_BROADCAST_RANKS");
+  const uint64_t generation = config::generation();
+  {
+    const ScopedSetting five("SHMCCL_PULL_BROADCAST_RANKS", "5");
+    EXPECT_GT(config::generation(), generation);
+    EXPECT_EQ(ranks.get(), 5);
+    setenv("SHMCCL_PULL_BROADCAST_RANKS", "7", 1);  // no reload: still 5
+    EXPECT_EQ(ranks.get(), 5);
+    config::reload();
+    EXPECT_EQ(ranks.get(), 7);
+  }
+  EXPECT_EQ(ranks.get(), config::get_int("SHMCCL_PULL_BROADCAST_RANKS"));  // the default again
+  EXPECT_NE(ranks.get(), 7);
+}
+
 }  // namespace
 }  // namespace shmccl
