@@ -224,8 +224,9 @@ class GroupedMatmulRunner {
   // One unit's GEMM in float32, plus the bias, rounded once to y's dtype into y (a float32 y is
   // written by the GEMM itself). Where the GEMM needs float32 room of its own (a float32 result to
   // round, float16 rows of x to widen), the unit's rows go through it in blocks that fit
-  // kScratchFloats: the results stay in cache until rounded, and the scratch stays bounded
-  // whatever the shapes (it is kept per thread, for the next call).
+  // kScratchFloats: the results stay in cache until rounded. The scratch is kept per thread for
+  // the next call up to that size; a block wider (kMinBlockRows rows of more than 16384 columns)
+  // gives its room back after use, so no thread holds more than 4 MiB between calls.
   void gemm(const Unit& unit) {
     const MatmulGroup& group = plan_.groups[unit.group];
     const int64_t rows = unit.row_end - unit.row_begin;
@@ -234,7 +235,7 @@ class GroupedMatmulRunner {
       return;
     }
     const int64_t widest =
-        std::max<int64_t>({group.n, plan_.dtype == kFloat16 ? group.k : int64_t{1}, int64_t{1}});
+        std::max<int64_t>({group.n, widen_x_ ? group.k : int64_t{1}, int64_t{1}});
     const int64_t block = std::max(kMinBlockRows, kScratchFloats / widest);
     for (int64_t row = unit.row_begin; row < unit.row_end; row += block)
       gemm_rows(unit.group, row, std::min(block, unit.row_end - row));
@@ -251,18 +252,17 @@ class GroupedMatmulRunner {
         static_cast<std::byte*>(plan_.y_flat.data_ptr()) + static_cast<size_t>(first) * element;
     const size_t count = static_cast<size_t>(rows * group.n);
     float* c = reinterpret_cast<float*>(y);
+    thread_local std::vector<float> scratch, converted_x;
     if (plan_.dtype != kFloat32) {
-      thread_local std::vector<float> scratch;
       if (scratch.size() < count) scratch.resize(count);
       c = scratch.data();
     }
     const void* a = x;
-    if (plan_.dtype == kFloat16) {
-      // No float16 matmul on this ISA: widen these rows of x to float32.
-      thread_local std::vector<float> converted_x;
+    if (widen_x_) {
+      // No matmul of this dtype on this ISA: widen these rows of x to float32.
       const size_t x_count = static_cast<size_t>(rows * group.k);
       if (converted_x.size() < x_count) converted_x.resize(x_count);
-      kernels::cast(converted_x.data(), kFloat32, x, kFloat16, x_count);
+      kernels::cast(converted_x.data(), kFloat32, x, plan_.dtype, x_count);
       a = converted_x.data();
     }
     // Small GEMMs lose more to threading than they gain (measured 1.5-2.5x slower on 2 threads).
@@ -280,6 +280,9 @@ class GroupedMatmulRunner {
       }
     }
     if (plan_.dtype != kFloat32) kernels::cast(y, plan_.dtype, c, kFloat32, count);
+    for (std::vector<float>* room : {&scratch, &converted_x}) {
+      if (room->size() > static_cast<size_t>(kScratchFloats)) std::vector<float>().swap(*room);
+    }
   }
 
   // 4 MiB of float32 per block (a GEMM of 64 rows or more keeps oneDNN's kernels busy; the
@@ -291,6 +294,7 @@ class GroupedMatmulRunner {
   const GroupedMatmulPlan& plan_;
   ProcessGroup* group_;
   ops::MatmulEngine& engine_;
+  const bool widen_x_ = ops::MatmulEngine::operand_dtype(plan_.dtype) != plan_.dtype;
   int threads_ = 1;
   bool add_bias_ = true;
   std::vector<std::vector<float>> biases_;

@@ -32,10 +32,24 @@ namespace {
 using dnnl::memory;
 using Tag = memory::format_tag;
 
+// Whether oneDNN builds a bfloat16 matmul here: a small primitive descriptor, once per process.
+bool probe_native_bfloat16() {
+  try {
+    const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+    const memory::desc a({4, 8}, memory::data_type::bf16, Tag::ab);
+    const memory::desc b({8, 4}, memory::data_type::bf16, Tag::any);
+    const memory::desc c({4, 4}, memory::data_type::f32, Tag::ab);
+    dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), engine);
+    return true;
+  } catch (const dnnl::error&) {
+    return false;
+  }
+}
+
+// The data type of both operands in oneDNN's GEMM (see MatmulEngine::operand_dtype).
 memory::data_type dnnl_type(ScalarType dtype) {
-  switch (dtype) {
+  switch (MatmulEngine::operand_dtype(dtype)) {
     case kFloat32:
-    case kFloat16:  // converted to float32 before the GEMM
       return memory::data_type::f32;
     case kBFloat16:
       return memory::data_type::bf16;
@@ -241,9 +255,9 @@ struct MatmulEngine::Impl {
     // Reorder outside the lock: other threads' GEMMs need not wait for it.
     std::vector<float> converted;
     void* source = weight.data_ptr();
-    if (shape.dtype == kFloat16) {
+    if (operand_dtype(shape.dtype) != shape.dtype) {  // widened to float32
       converted.resize(static_cast<size_t>(shape.k * shape.n));
-      kernels::cast(converted.data(), kFloat32, source, kFloat16, converted.size());
+      kernels::cast(converted.data(), kFloat32, source, shape.dtype, converted.size());
       source = converted.data();
     }
     memory plain(plain_desc, engine, source);
@@ -293,37 +307,56 @@ void MatmulEngine::matmul(const MatmulShape& shape, const void* a, int64_t lda,
     std::fill(c, c + shape.m * shape.n, 0.0f);
     return;
   }
-  // Before any oneDNN work (the weight reorder too): it runs on this thread's OpenMP team.
-  if (threads > 1) {
-    if (g_forked_after_pool.load(std::memory_order_relaxed)) {
-      threads = 1;
-    } else {
-      note_pool_started();
+  try {
+    // Before any oneDNN work (the weight reorder too): it runs on this thread's OpenMP team.
+    if (threads > 1) {
+      if (g_forked_after_pool.load(std::memory_order_relaxed)) {
+        threads = 1;
+      } else {
+        note_pool_started();
+      }
     }
+    const OmpThreads team(threads);
+    // Widened weights are always converted (and so cached); the others only with a cache budget.
+    const bool reorder = operand_dtype(shape.dtype) != shape.dtype || impl_->weight_budget > 0;
+    const PrimitiveKey key{shape.m, shape.k, shape.n, lda, shape.dtype, reorder, threads};
+    const std::shared_ptr<const CachedPrimitive> cached = impl_->primitive(key);
+    const CachedPrimitive& entry = *cached;
+    memory weights_memory =
+        reorder ? impl_->cached_weight(weight, shape, entry.weights_desc, entry.plain_weights_desc)
+                : memory(entry.plain_weights_desc, impl_->engine, weight.data_ptr());
+    // Memory objects are made once per thread and primitive and re-pointed per call: creating
+    // them cost about as much as a seed-sized GEMM's arithmetic.
+    ThreadMemories& memories = impl_->thread_memories(cached);
+    memories.a.set_data_handle(const_cast<void*>(a));
+    memories.c.set_data_handle(c);
+    std::unordered_map<int, memory> arguments{
+        {DNNL_ARG_SRC, memories.a}, {DNNL_ARG_WEIGHTS, weights_memory}, {DNNL_ARG_DST, memories.c}};
+    if (const size_t scratchpad_bytes = entry.scratchpad_desc.get_size(); scratchpad_bytes > 0) {
+      memories.scratchpad.set_data_handle(thread_scratchpad(scratchpad_bytes));
+      arguments.emplace(DNNL_ARG_SCRATCHPAD, memories.scratchpad);
+    }
+    dnnl::stream& stream = impl_->thread_stream();
+    entry.primitive.execute(stream, arguments);
+    stream.wait();
+  } catch (const dnnl::error& error) {
+    // shmccl's errors only leave the library (docs/errors.md); this one names the GEMM.
+    const std::string what =
+        detail::concat("matmul [", shape.m, ", ", shape.k, "] x [", shape.k, ", ", shape.n, "] of ",
+                       shape.dtype, ": oneDNN failed: ", error.what());
+    if (error.status == dnnl_out_of_memory) throw OutOfMemoryError(what);
+    throw Error(what);
   }
-  const OmpThreads team(threads);
-  // float16 weights are always converted (and so cached); the others only with a cache budget.
-  const bool reorder = shape.dtype == kFloat16 || impl_->weight_budget > 0;
-  const PrimitiveKey key{shape.m, shape.k, shape.n, lda, shape.dtype, reorder, threads};
-  const std::shared_ptr<const CachedPrimitive> cached = impl_->primitive(key);
-  const CachedPrimitive& entry = *cached;
-  memory weights_memory =
-      reorder ? impl_->cached_weight(weight, shape, entry.weights_desc, entry.plain_weights_desc)
-              : memory(entry.plain_weights_desc, impl_->engine, weight.data_ptr());
-  // Memory objects are made once per thread and primitive and re-pointed per call: creating
-  // them cost about as much as a seed-sized GEMM's arithmetic.
-  ThreadMemories& memories = impl_->thread_memories(cached);
-  memories.a.set_data_handle(const_cast<void*>(a));
-  memories.c.set_data_handle(c);
-  std::unordered_map<int, memory> arguments{
-      {DNNL_ARG_SRC, memories.a}, {DNNL_ARG_WEIGHTS, weights_memory}, {DNNL_ARG_DST, memories.c}};
-  if (const size_t scratchpad_bytes = entry.scratchpad_desc.get_size(); scratchpad_bytes > 0) {
-    memories.scratchpad.set_data_handle(thread_scratchpad(scratchpad_bytes));
-    arguments.emplace(DNNL_ARG_SCRATCHPAD, memories.scratchpad);
-  }
-  dnnl::stream& stream = impl_->thread_stream();
-  entry.primitive.execute(stream, arguments);
-  stream.wait();
+}
+
+bool MatmulEngine::native_bfloat16() {
+  static const bool native = probe_native_bfloat16();
+  return native;
+}
+
+ScalarType MatmulEngine::operand_dtype(ScalarType dtype) {
+  if (dtype == kFloat16 || (dtype == kBFloat16 && !native_bfloat16())) return kFloat32;
+  return dtype;
 }
 
 MatmulEngine::Stats MatmulEngine::stats() const {

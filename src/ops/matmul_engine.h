@@ -2,7 +2,8 @@
 //
 // MatmulEngine: C[m, n] (float32) = A[m, k] @ B[k, n] on oneDNN, for A and B in float32 or
 // bfloat16 (native vdpbf16ps with float32 accumulation). float16 has no matmul on this ISA in
-// oneDNN 2.6: callers convert it to float32 first (the engine does so for weights it caches).
+// oneDNN 2.6, nor has bfloat16 before AVX-512: such operands are widened to float32 first (the
+// caller does so for A, the engine for the weights it caches). See operand_dtype().
 //
 // Two caches make repeated calls cheap, as a framework's are:
 // - primitives per (m, k, n, dtype, threads): creating one costs 0.2-0.4 ms;
@@ -32,10 +33,17 @@ class MatmulEngine {
   static MatmulEngine& instance();
 
   // c = a @ weight, with a's rows `lda` elements apart and c's rows `n` apart. `weight` is a
-  // contiguous [k, n] tensor of shape.dtype; a points at m rows of that dtype. `threads` is
-  // the number of threads oneDNN may use (1 for small problems).
+  // contiguous [k, n] tensor of shape.dtype; a points at m rows of operand_dtype(shape.dtype).
+  // `threads` is the number of threads oneDNN may use (1 for small problems). oneDNN's failures
+  // come out as shmccl::Error (OutOfMemoryError when it ran out of memory).
   void matmul(const MatmulShape& shape, const void* a, int64_t lda, const Tensor& weight, float* c,
               int threads);
+
+  // Whether oneDNN has a bfloat16 matmul on this CPU (AVX-512; probed once per process).
+  static bool native_bfloat16();
+  // The dtype oneDNN's GEMM runs on for operands of `dtype`: `dtype` itself, or float32 for
+  // float16, and for bfloat16 without native_bfloat16().
+  static ScalarType operand_dtype(ScalarType dtype);
 
   // Statistics for tests and benchmarks.
   struct Stats {

@@ -9,14 +9,18 @@
 
 #include <gtest/gtest.h>
 #include <omp.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <latch>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "multiprocess.h"
 #include "shmccl/tensor.hpp"
 
 namespace shmccl::ops {
@@ -165,6 +169,78 @@ TEST(MatmulEngineTest, AnOlderReorderFinishingLastDoesNotReplaceANewerEntry) {
   engine.matmul(p.shape, p.a.data_ptr(), p.shape.k, p.weight, again.data(), 1);
   EXPECT_EQ(again, doubled) << "the old version's entry replaced the new one";
   EXPECT_EQ(engine.stats().weight_cache_hits, settled.weight_cache_hits + 1);
+}
+
+// oneDNN's own failures leave the engine as shmccl errors naming the GEMM (a caller catching
+// shmccl::Error sees them). Rows of A closer together than its width: oneDNN refuses the layout.
+TEST(MatmulEngineTest, AOneDnnFailureIsAnShmcclErrorNamingTheGemm) {
+  const Problem p = make_problem(8, 16, 8, 7);
+  std::vector<float> c(p.expected.size());
+  try {
+    MatmulEngine::instance().matmul(p.shape, p.a.data_ptr(), -1, p.weight, c.data(), 1);
+    ADD_FAILURE() << "oneDNN took a negative row stride";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("matmul [8, 16] x [16, 8] of bfloat16: oneDNN failed"),
+              std::string::npos)
+        << error.what();
+  }
+}
+
+// Without AVX-512 oneDNN has no bfloat16 matmul: the engine then runs bfloat16 GEMMs on operands
+// widened to float32, as it does float16's. The test runs itself again in a child whose oneDNN is
+// capped at AVX2 (ONEDNN_MAX_CPU_ISA is read once, at oneDNN's first use).
+TEST(MatmulEngineTest, BFloat16WithoutAvx512RunsWidenedToFloat32) {
+  if (std::getenv("SHMCCL_TEST_AVX2_CHILD") != nullptr) {
+    ASSERT_FALSE(MatmulEngine::native_bfloat16());
+    ASSERT_EQ(MatmulEngine::operand_dtype(kBFloat16), kFloat32);
+    ASSERT_EQ(MatmulEngine::operand_dtype(kFloat32), kFloat32);
+    constexpr int64_t m = 24, k = 40, n = 16;
+    std::vector<float> a(m * k), w(k * n);
+    for (size_t i = 0; i < a.size(); ++i)
+      a[i] = static_cast<float>((i * 7) % 13) - 6.0f;  // exact in bfloat16
+    for (size_t i = 0; i < w.size(); ++i)
+      w[i] = static_cast<float>((i * 5) % 11) - 5.0f;
+    const Tensor weight = from_vector<float>(w, {k, n}).to(kBFloat16);
+    std::vector<float> c(m * n);
+    MatmulEngine& engine = MatmulEngine::instance();
+    engine.clear_caches();
+    for (int call = 0; call < 2; ++call) {
+      engine.matmul(MatmulShape{m, k, n, kBFloat16}, a.data(), k, weight, c.data(), 1);
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          double sum = 0;
+          for (int64_t l = 0; l < k; ++l)
+            sum += static_cast<double>(a[i * k + l]) * w[l * n + j];
+          ASSERT_EQ(c[i * n + j], sum) << "call " << call << ", c[" << i << ", " << j << "]";
+        }
+      }
+    }
+    EXPECT_EQ(engine.stats().weight_reorders, 1u) << "the widened weight is kept";
+    EXPECT_EQ(engine.stats().weight_cache_hits, 1u);
+    return;
+  }
+  if (__builtin_cpu_supports("avx512bf16")) {
+    EXPECT_TRUE(MatmulEngine::native_bfloat16());
+  }
+  // Made before fork(): the child of a threaded process may only exec.
+  std::vector<std::string> environment{"SHMCCL_TEST_AVX2_CHILD=1", "ONEDNN_MAX_CPU_ISA=AVX2"};
+  for (char** entry = environ; *entry != nullptr; ++entry)
+    environment.emplace_back(*entry);
+  std::vector<char*> envp;
+  for (std::string& entry : environment)
+    envp.push_back(entry.data());
+  envp.push_back(nullptr);
+  std::string filter = "--gtest_filter=MatmulEngineTest.BFloat16WithoutAvx512RunsWidenedToFloat32";
+  std::string name = "matmul_engine_test";
+  char* argv[] = {name.data(), filter.data(), nullptr};
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    execve("/proc/self/exe", argv, envp.data());
+    _exit(127);
+  }
+  EXPECT_EQ(testing::exit_code_within(child, std::chrono::seconds(60)), 0)
+      << "the AVX2 child failed (its output is above)";
 }
 
 // The ranks that may run on a rank's CPUs share them, whether a launcher bound them there or a
