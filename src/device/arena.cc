@@ -143,8 +143,9 @@ Arena::Arena(int device, uint64_t capacity, bool huge_pages)
     : device_(device), huge_pages_(huge_pages) {
   SHMCCL_CHECK_ARG(capacity > 0 && capacity <= kMaxCapacity, "NPU ", device,
                    " arena: capacity must be in (0, ", kMaxCapacity, "] bytes, got ", capacity);
-  const auto page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
-  capacity_ = round_up(capacity, page);
+  // Every allocation takes whole segments: a capacity of 1 MiB, or the last 1 MiB of 3, could
+  // hold none, and allocations that fit the reported free memory would fail.
+  capacity_ = round_up(capacity, kSegmentGranularity);
   const uint64_t file_bytes = kHeaderBytes + capacity_;
   const std::string name = concat("shmccl-npu", device);
 

@@ -48,7 +48,8 @@ static_assert(sizeof(ArenaHandle) == 32);
 
 class Arena {
  public:
-  // Reserves `capacity` bytes (rounded up to the page size) for `device`; with `huge_pages`,
+  // Reserves `capacity` bytes (rounded up to the 2 MiB segment granularity: a smaller tail could
+  // hold no segment) for `device`; with `huge_pages`,
   // segments are made of 2 MiB pages where the kernel can. Throws SystemError (InvalidArgument
   // for a capacity of 0).
   Arena(int device, uint64_t capacity, bool huge_pages = true);

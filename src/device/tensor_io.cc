@@ -136,6 +136,7 @@ void Tensor::tofile(const std::string& path) const {
 }
 
 Tensor fromfile(const std::string& path, ScalarType dtype, const IntArrayRef& shape) {
+  SHMCCL_CHECK_ARG(is_valid(dtype), "fromfile: invalid dtype ", static_cast<int>(dtype));
   const FileDescriptor file(
       SHMCCL_SYSCALL(::open(path.c_str(), O_RDONLY | O_CLOEXEC), "open ", path));
   const off_t size = ::lseek(file.get(), 0, SEEK_END);

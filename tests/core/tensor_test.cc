@@ -220,6 +220,14 @@ TEST(TensorTest, TofileFromfileRoundTrip) {
   Tensor loaded = fromfile(path, kBFloat16, {4, 5});
   EXPECT_TRUE(equal(original, loaded));
   EXPECT_THROW(fromfile(path, kFloat32, {3, 3}), InvalidArgument);  // 10 floats, not 9
+  // Checked before the file's size is divided by the element size (0 for an invalid dtype).
+  try {
+    fromfile(path, static_cast<ScalarType>(99), {-1});
+    ADD_FAILURE() << "fromfile took dtype 99";
+  } catch (const InvalidArgument& error) {
+    EXPECT_NE(std::string(error.what()).find("fromfile: invalid dtype 99"), std::string::npos)
+        << error.what();
+  }
   std::remove(path);
 }
 

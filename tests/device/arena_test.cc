@@ -164,10 +164,15 @@ TEST(ArenaTest, ReservesSparselyAndCommitsPerSegment) {
   EXPECT_FALSE(arena.contains(arena.base() - 1));
 }
 
-TEST(ArenaTest, RoundsCapacityToPagesAndSegmentsToGranularity) {
+TEST(ArenaTest, RoundsCapacityAndSegmentsToGranularity) {
+  // A capacity below one segment still holds one: every byte of it can be allocated.
   Arena tiny(0, 1);
-  EXPECT_EQ(tiny.capacity(), 4096u);
+  EXPECT_EQ(tiny.capacity(), 2 * kMiB);
+  EXPECT_EQ(tiny.allocate_segment(1), 0u);
   EXPECT_THROW(tiny.allocate_segment(1), OutOfMemoryError);
+  Arena odd(0, 3 * kMiB);
+  EXPECT_EQ(odd.capacity(), 4 * kMiB);
+  EXPECT_EQ(odd.allocate_segment(2 * kMiB + kMiB / 2), 0u);
 
   Arena arena(0, 16 * kMiB);
   EXPECT_EQ(arena.allocate_segment(2 * kMiB + 1), 0u);
