@@ -303,8 +303,9 @@ void run_pool(detail::GroupState& state, ExecContext& context, const Algorithm& 
   // with its share unfinished: nobody else finishes it, so the wait ends at once, naming it.
   auto abandoned_by = [&] {
     return transport.first_departed([&](const transport::RankSlot& slot) {
-      return slot.departed_at.load(std::memory_order_acquire) == sequence + 1 &&
-             !transport::timed_out(slot) &&
+      // Its give-up, not its departure: a departure at sequence + 1 may also be another
+      // thread's later call failing while this one still runs there.
+      return transport::gave_up_on(slot, sequence) && !transport::timed_out(slot) &&
              slot.pool_claimed.load(std::memory_order_relaxed) == sequence &&
              slot.pool_finished.load(std::memory_order_relaxed) != sequence;
     });
@@ -548,8 +549,12 @@ void wait_for_peers_in_zero_copy(detail::GroupState& state, uint64_t sequence) {
   auto arrived = [&](int r) {
     return transport.slot(r).arrivals[entry].sequence.load(std::memory_order_seq_cst) == sequence;
   };
+  // Rank 0 that gave up after arriving (it timed out waiting for a later rank) never releases:
+  // once every rank arrived the barrier is complete anyway, as a late rank's small calls are.
   auto released = [&] {
     if (!transport.awaits_release() || transport.barrier_released(sequence)) return true;
+    if (transport::gave_up_on(first, sequence)) [[unlikely]]
+      return true;
     return arrived(0) && first.arrivals[entry].fingerprint.load(std::memory_order_relaxed) !=
                              mine.arrivals[entry].fingerprint.load(std::memory_order_relaxed);
   };
@@ -877,8 +882,8 @@ void execute(detail::GroupState& state, const OpPlan& plan) {
     transport::GroupTransport& transport = state.transport();
     const bool timed_out = dynamic_cast<const TimeoutError*>(&error) != nullptr;
     if (timed_out) fault::point(fault::Point::kTimedOut, global_rank(state), plan.sequence);
-    transport::give_up(
-        mine, plan.sequence, error.what(),
+    transport.give_up(
+        plan.sequence, error.what(),
         timed_out ? transport::FailureKind::kTimeout : transport::FailureKind::kRemote);
     record_failure();
     // Another thread may have failed the group first (an abort, which made this call fail, or

@@ -115,7 +115,7 @@ void GroupState::wait_for_turn_slowly(uint64_t sequence) {
 void GroupState::fail_before_arrival(uint64_t sequence, const std::string& message,
                                      transport::FailureKind kind) {
   if (!mark_failed(message)) return;
-  transport::give_up(transport_->slot(transport_->rank()), sequence, message, kind);
+  transport_->give_up(sequence, message, kind);
   transport_->depart(sequence);
 }
 

@@ -120,8 +120,8 @@ class Pipeline {
   // waits end at once and name it. -1 while there is none.
   int abandoned_by() const {
     return transport_.first_departed([this](const RankSlot& slot) {
-      return slot.departed_at.load(std::memory_order_acquire) == plan_.sequence + 1 &&
-             !transport::timed_out(slot) && slot.consumed.load(std::memory_order_acquire) < end_;
+      return transport::gave_up_on(slot, plan_.sequence) && !transport::timed_out(slot) &&
+             slot.consumed.load(std::memory_order_acquire) < end_;
     });
   }
   void throw_if_abandoned() const {

@@ -207,6 +207,14 @@ void GroupTransport::depart(uint64_t first_missed) {
   futex_wake(&header_->wake_word);
 }
 
+void GroupTransport::give_up(uint64_t sequence, const std::string& reason, FailureKind kind) {
+  std::lock_guard<std::mutex> lock(depart_mutex_);
+  RankSlot& mine = slots_[rank_];
+  const uint64_t given = mine.gave_up.load(std::memory_order_relaxed);
+  if (given != 0 && given <= sequence) return;
+  transport::give_up(mine, sequence, reason, kind);
+}
+
 int GroupTransport::departed_rank() const {
   const uint64_t current = current_sequence_.load(std::memory_order_relaxed);
   return first_departed([current](const RankSlot& slot) {

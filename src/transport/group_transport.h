@@ -132,6 +132,10 @@ class GroupTransport {
   // group failed move the departure down to theirs. Thread-safe. Lowering it is safe only when
   // no call of this rank runs: the departure says that every call before it is done here.
   void depart(uint64_t first_missed);
+  // This rank gives up on collective `sequence` (RankSlot::gave_up, with the reason). Its threads
+  // take turns, and the earliest call given up stays: the peers of a failed call look for its
+  // own number there, and a later call another thread fails (before it arrived) must not hide it.
+  void give_up(uint64_t sequence, const std::string& reason, FailureKind kind);
   // Of the other ranks that departed and satisfy `pick(slot)`, the one that departed first;
   // -1 when none did (cheap while nobody departed).
   template <typename Pick>

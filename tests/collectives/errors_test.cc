@@ -820,6 +820,50 @@ TEST(CollectiveErrorsTest, LateRankIsNamedAfterTheTimeout) {
   }
 }
 
+// Oversubscribed, the ranks of a barrier wait for rank 0's release. Rank 0 and the other early
+// ranks time out waiting for a late rank and give up; the late rank then arrives last and finds
+// every rank arrived: the barrier is complete, and it must return at once, not wait its own
+// timeout (10 s) for a release that rank 0, which gave up, never sends.
+TEST(CollectiveErrorsTest, ALateRankCompletesABarrierWhoseRankZeroGaveUp) {
+  for (int world : {3, 4, 8}) {
+    const std::string job = testing::unique_job_id();
+    const testing::TokenPipe gave_up;
+    const testing::TokenPipe leave;
+    auto results = testing::run_ranks(
+        world,
+        [&](const testing::RankContext& ctx) {
+          testing::run_on_one_cpu();
+          npu::set_device(ctx.rank % 8);
+          ctx.init(/*timeout_ms=*/30000);
+          const int late = ctx.world - 1;
+          if (ctx.rank != late) {
+            default_group()->set_timeout(std::chrono::milliseconds(300));
+            require_error([] { barrier(); }, "has not called it");
+            gave_up.post();
+            require(leave.wait(), "no token on leave");  // no exit (a death) before the late call
+            return;
+          }
+          default_group()->set_timeout(std::chrono::seconds(10));
+          require(gave_up.wait(ctx.world - 1), "the early ranks did not time out");
+          const auto start = std::chrono::steady_clock::now();
+          std::string text = "completed";
+          try {
+            barrier();
+          } catch (const Error& error) {
+            text = error.what();
+          }
+          const double seconds =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          leave.post(ctx.world - 1);
+          require(text == "completed", text);
+          require(seconds < 5, str("the late rank's barrier took ", seconds, " s"));
+        },
+        std::chrono::seconds(60), job);
+    EXPECT_TRUE(testing::all_ranks_succeeded(results)) << world << " ranks";
+    EXPECT_TRUE(testing::no_segments_left(job));
+  }
+}
+
 TEST(CollectiveErrorsTest, MissingRankAtInitIsNamed) {
   run_at_every_rank_count([](const testing::RankContext& ctx) {
     if (ctx.rank == 1) return;  // never joins

@@ -42,5 +42,23 @@ TEST_F(GroupTransportTest, ASecondAttachToATakenRankLeavesTheHoldersSlotAlone) {
   EXPECT_TRUE(first->healthy());
 }
 
+// Two threads of one rank failing two calls: the call that ran and failed (5) gives up after a
+// later one that failed before it arrived (6). The earlier give-up must stand, with its reason:
+// the peers of call 5 look for 5 there (a pull's receivers, the pool's and the host pipeline's
+// waits), and would miss it under 6.
+TEST_F(GroupTransportTest, TheEarliestCallGivenUpStays) {
+  std::unique_ptr<GroupTransport> first = GroupTransport::create(name(), 0, 2);
+  std::unique_ptr<GroupTransport> peer = GroupTransport::open(name(), 1, 2);
+  peer->give_up(6, "call 6 could not be queued", FailureKind::kRemote);
+  EXPECT_TRUE(gave_up_on(first->slot(1), 6));
+  peer->give_up(5, "call 5 timed out", FailureKind::kTimeout);
+  EXPECT_TRUE(gave_up_on(first->slot(1), 5));
+  EXPECT_EQ(failure_text(first->slot(1)), "call 5 timed out");
+  EXPECT_TRUE(timed_out(first->slot(1)));
+  peer->give_up(7, "call 7", FailureKind::kRemote);
+  EXPECT_TRUE(gave_up_on(first->slot(1), 5));
+  EXPECT_EQ(failure_text(first->slot(1)), "call 5 timed out");
+}
+
 }  // namespace
 }  // namespace shmccl::transport
