@@ -40,7 +40,7 @@ uint64_t call_hash(const OpPlan& plan, transport::Transfer transfer) {
 void CallCache::switch_to(const OpPlan& plan, transport::Transfer transfer) {
   Remembered* least_recent = &calls_[0];
   for (Remembered& call : calls_) {
-    if (same(call, plan)) {
+    if (same(call, plan, transfer)) {
       call.last_used = ++switches_;
       current_ = &call;
       return;
@@ -52,6 +52,7 @@ void CallCache::switch_to(const OpPlan& plan, transport::Transfer transfer) {
   for (int r = 0; r < plan.num_splits; ++r)
     call.splits[static_cast<size_t>(r)] = plan.splits[static_cast<size_t>(r)];
   call.hash = call_hash(plan, transfer);
+  call.transfer = transfer;
   call.id = ++next_id_;
   call.last_used = ++switches_;
   current_ = &call;

@@ -44,7 +44,7 @@ class CallCache {
   // Makes `plan` (its data travelling as `transfer` says) the current call; true when it was
   // the current call already (the same fields: a repeat). Then hash() and id() describe it.
   bool remember(const OpPlan& plan, transport::Transfer transfer) {
-    if (same(*current_, plan)) [[likely]]
+    if (same(*current_, plan, transfer)) [[likely]]
       return true;
     switch_to(plan, transfer);
     return false;
@@ -68,8 +68,9 @@ class CallCache {
     uint64_t hash = 0;
     uint64_t id = 0;
     uint64_t last_used = 0;
+    transport::Transfer transfer = transport::Transfer::kArenas;
   };
-  static bool same(const Remembered& call, const OpPlan& plan);
+  static bool same(const Remembered& call, const OpPlan& plan, transport::Transfer transfer);
   // Makes the remembered call equal to `plan` current, or else refills the least recently used.
   void switch_to(const OpPlan& plan, transport::Transfer transfer);
 
@@ -81,11 +82,14 @@ class CallCache {
   uint64_t descriptor_call_[transport::kCallRing] = {};
 };
 
-inline bool CallCache::same(const Remembered& call, const OpPlan& plan) {
+inline bool CallCache::same(const Remembered& call, const OpPlan& plan,
+                            transport::Transfer transfer) {
   // Only what the others do not imply (a repeat is what the hot path sees, so each compare
-  // costs): the name identifies the API function and hence the op kind; the transfer follows
-  // from the sizes; every output size follows from the input's and the split sizes (which the
-  // API checked against the tensors).
+  // costs): the name identifies the API function and hence the op kind; every output size
+  // follows from the input's and the split sizes (which the API checked against the tensors).
+  // The transfer follows from the sizes and from settings a config::reload() may change (a
+  // broadcast that pulls, SHMCCL_PULL_BROADCAST_RANKS): it is compared too.
+  if (call.transfer != transfer) return false;
   if (std::memcmp(static_cast<const CallFields*>(&plan), &call.fields, sizeof(CallFields)) != 0)
     return false;
   for (int r = 0; r < plan.num_splits; ++r)

@@ -29,12 +29,17 @@ using transport::OpKind;
 
 // (Tensor shapes cannot overflow: their bytes were allocated. The check is for shapes with a
 // zero dimension, which allocate nothing whatever the others are.)
-int64_t product_of_trailing(const std::vector<int64_t>& sizes) {
+// The row's bytes must fit too: OpPlan::row_bytes() multiplies by the element size.
+int64_t product_of_trailing(const std::vector<int64_t>& sizes, ScalarType dtype) {
   int64_t product = 1;
   for (size_t d = 1; d < sizes.size(); ++d) {
     SHMCCL_CHECK_ARG(!__builtin_mul_overflow(product, sizes[d], &product), "shape ", sizes,
                      ": its row has more than 2^63 elements");
   }
+  int64_t bytes = 0;
+  SHMCCL_CHECK_ARG(
+      !__builtin_mul_overflow(product, static_cast<int64_t>(element_size(dtype)), &bytes), "shape ",
+      sizes, ": its row of ", dtype, " has more than 2^63 bytes");
   return product;
 }
 
@@ -427,7 +432,7 @@ std::shared_ptr<Work> ProcessGroup::all_gather_into_tensor_uneven(
       " rows but its split size is ", mine, " (split sizes ",
       detail::concat(std::vector<int64_t>(plan.splits.begin(), plan.splits.begin() + size())), ")");
   plan.dtype = input.dtype();
-  plan.row_elements = product_of_trailing(output.sizes());
+  plan.row_elements = product_of_trailing(output.sizes(), plan.dtype);
   if (input.storage() == output.storage()) [[unlikely]] {
     check_in_place_or_apart(plan.name, input, "input", output, "output", plan.rows_before(rank()),
                             mine, plan.row_elements);
@@ -460,7 +465,7 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter_tensor_uneven(
   plan.dtype = input.dtype();
   plan.reduce_op = op;
   check_reduce_op(plan);
-  plan.row_elements = product_of_trailing(input.sizes());
+  plan.row_elements = product_of_trailing(input.sizes(), plan.dtype);
   if (input.storage() == output.storage()) [[unlikely]] {
     check_in_place_or_apart(plan.name, output, "output", input, "input", plan.rows_before(rank()),
                             mine, plan.row_elements);

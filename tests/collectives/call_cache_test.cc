@@ -100,6 +100,12 @@ TEST(CallCacheTest, ARepeatIsRecognisedAndEveryAgreedFieldMakesANewCall) {
          c.splits = {2, 4};
        }),
        true},
+      // The same broadcast, pulled after a config::reload() changed SHMCCL_PULL_BROADCAST_RANKS.
+      {"transfer", broadcast_call(0), with([](Call& c) {
+         c = broadcast_call(0);
+         c.transfer = Transfer::kPull;
+       }),
+       true},
   };
   for (const auto& [what, base, changed, agreed] : pairs) {
     SCOPED_TRACE(what);

@@ -68,6 +68,25 @@ TEST(CollectiveErrorsTest, ArgumentErrorsHaveTheReferenceTextsAndLeaveTheGroupUs
             "Number of tensor splits not equal to group size");
         require_error([&] { all_gather_into_tensor_uneven(output, input); },
                       "Tensor's dim 0 does not divide equally across group size");
+        // No rows, so nothing allocated, but rows whose bytes overflow (OpPlan::row_bytes()).
+        Tensor wide_in = zeros({0, int64_t{1} << 61}, kInt64).npu();
+        Tensor wide_out = zeros({0, int64_t{1} << 61}, kInt64).npu();
+        require_error(
+            [&] {
+              all_gather_into_tensor_uneven(wide_out, wide_in, {0, 0});
+            },
+            "its row of int64 has more than 2^63 bytes");
+        require_error(
+            [&] {
+              reduce_scatter_tensor_uneven(wide_out, wide_in, {0, 0});
+            },
+            "its row of int64 has more than 2^63 bytes");
+        Tensor huge_row = zeros({0, int64_t{1} << 62, 4}, kInt8).npu();
+        require_error(
+            [&] {
+              all_gather_into_tensor_uneven(huge_row, huge_row, {0, 0});
+            },
+            "its row has more than 2^63 elements");
         Tensor floats = zeros({ctx.rank == 0 ? 2 : 3}, kFloat32).npu();
         require_error(
             [&] {
