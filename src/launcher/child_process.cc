@@ -24,6 +24,7 @@
 
 #include "core/check.h"
 #include "core/directory.h"
+#include "launcher/process_stat.h"
 
 namespace shmccl::launcher {
 namespace {
@@ -289,21 +290,9 @@ std::optional<std::string> resolve_program(const std::string& program) {
 bool groups_have_running_members(const std::vector<pid_t>& groups) {
   bool found = false;
   detail::for_each_process([&](long pid) {
-    char path[64];
-    std::snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
-    std::ifstream stat_file(path);
-    std::string line;
-    if (!std::getline(stat_file, line)) return true;  // gone meanwhile
-    // "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses; the last ')' ends it.
-    const size_t comm_end = line.rfind(')');
-    char state = 0;
-    int parent = 0, group = 0;
-    if (comm_end == std::string::npos ||
-        std::sscanf(line.c_str() + comm_end + 1, " %c %d %d", &state, &parent, &group) != 3) {
-      return true;
-    }
-    if (state == 'Z' || state == 'X') return true;
-    found = std::find(groups.begin(), groups.end(), group) != groups.end();
+    const std::optional<ProcessStat> stat = read_process_stat(pid);
+    if (!stat || stat->state == 'Z' || stat->state == 'X') return true;
+    found = std::find(groups.begin(), groups.end(), stat->group) != groups.end();
     return !found;
   });
   return found;

@@ -253,6 +253,7 @@ LaunchPlan make_launch_plan(const Options& options, std::vector<std::string>* wa
   plan.monitor_interval_s = options.monitor_interval_s;
   plan.prefix = options.prefix;
   plan.verbose = options.verbose;
+  plan.reap_orphans = options.reap_orphans;
   if (const char* trace = std::getenv("SHMCCL_TRACE_FILE"); trace != nullptr) {
     plan.trace_file = trace;
     plan.trace_wait_s = config::get_seconds("SHMCCL_TRACE_WAIT");

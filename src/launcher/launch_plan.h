@@ -46,8 +46,9 @@ struct LaunchPlan {
   double monitor_interval_s = 5;
   bool prefix = true;
   bool verbose = false;
-  std::string trace_file;   // SHMCCL_TRACE_FILE, for the failure summary
-  double trace_wait_s = 1;  // SHMCCL_TRACE_WAIT: the ranks' time to dump after a failure
+  bool reap_orphans = false;  // Options::reap_orphans
+  std::string trace_file;     // SHMCCL_TRACE_FILE, for the failure summary
+  double trace_wait_s = 1;    // SHMCCL_TRACE_WAIT: the ranks' time to dump after a failure
   // --log-dir, or a temporary directory for --redirects/--tee without it: this run's directory.
   LogLayout logs;
   // --duplicate-stdout-filters and --duplicate-stderr-filters (empty: none), whose lines go to

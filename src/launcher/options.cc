@@ -317,6 +317,7 @@ const std::vector<Flag>& flags() {
       {{"virtual-local-rank"},
        false,
        [](Options& o, auto&, auto&) { o.virtual_local_rank = true; }},
+      {{"reap-orphans"}, false, [](Options& o, auto&, auto&) { o.reap_orphans = true; }},
       {{"numa-binding"},
        true,
        [](Options& o, const std::string& f, const std::string& v) {
@@ -547,6 +548,9 @@ Output:
                             the same for stderr, to filtered_stderr.log
 
   -v, --verbose             log what shmrun does (ranks, pids, bindings)
+  --reap-orphans            become a child subreaper: processes the ranks leave behind
+                            (daemons, a crashed rank's workers) come to shmrun, which reaps
+                            them; always so when shmrun runs as PID 1 (a container's entry)
 
 Placement:
   --numa-binding none|node|socket|exclusive|core-complex|core

@@ -88,6 +88,9 @@ struct Options {
 
   NumaMode numa = NumaMode::kNone;
   bool verbose = false;
+  // shmrun becomes a child subreaper and reaps the processes the ranks leave behind (always so
+  // when it runs as PID 1: OrphanReaper).
+  bool reap_orphans = false;
 
   // The program and its arguments (kRun), or the namespaces to consider (kCleanup; empty: all).
   std::vector<std::string> command;

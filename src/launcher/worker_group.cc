@@ -89,10 +89,11 @@ FileDescriptor open_log_file(const std::string& path) {
 // The state of one attempt while the loop runs.
 class Supervisor {
  public:
-  Supervisor(const LaunchPlan& plan, SignalWatcher& signals, std::vector<Rank>& ranks,
-             ConsoleSink& out_console, ConsoleSink& err_console)
+  Supervisor(const LaunchPlan& plan, SignalWatcher& signals, OrphanReaper& reaper,
+             std::vector<Rank>& ranks, ConsoleSink& out_console, ConsoleSink& err_console)
       : plan_(plan),
         signals_(signals),
+        reaper_(reaper),
         ranks_(ranks),
         live_(static_cast<int>(ranks.size())),
         consoles_{Console{&out_console, 0, {}}},
@@ -111,6 +112,10 @@ class Supervisor {
       arm_pipe(rank.err);
     }
     arm_signals();
+    if (reaper_.active()) {
+      reap_orphans();  // the ones that ended before this attempt's loop
+      arm_reaper();
+    }
     if (plan_.verbose) arm_monitor();
     while (live_ > 0)
       run_once();
@@ -406,6 +411,20 @@ class Supervisor {
       rank.child.send_signal(SIGKILL);
   }
 
+  void arm_reaper() {
+    loop_.add_poll(reaper_.fd(), POLLIN, [this](int) {
+      reap_orphans();
+      arm_reaper();
+    });
+  }
+
+  void reap_orphans() {
+    reaper_.reap([this](pid_t pid) {
+      return std::any_of(ranks_.begin(), ranks_.end(),
+                         [pid](const Rank& rank) { return rank.child.pid() == pid; });
+    });
+  }
+
   void arm_signals() {
     loop_.add_poll(signals_.fd(), POLLIN, [this](int) {
       handle_signals();
@@ -469,6 +488,7 @@ class Supervisor {
 
   const LaunchPlan& plan_;
   SignalWatcher& signals_;
+  OrphanReaper& reaper_;
   std::vector<Rank>& ranks_;
   EventLoop loop_;  // its handlers point into ranks_, which outlive the supervisor
   int live_;
@@ -568,7 +588,7 @@ Rank start_rank(const LaunchPlan& plan, const RankPlan& rank_plan, int restart_c
 }  // namespace
 
 WorkerGroup::WorkerGroup(const LaunchPlan& plan, SignalWatcher& signals)
-    : plan_(plan), signals_(signals), out_console_(STDOUT_FILENO) {
+    : plan_(plan), signals_(signals), reaper_(plan.reap_orphans), out_console_(STDOUT_FILENO) {
   // One sink when stdout and stderr are the same file (`2>&1`): two would each write whenever
   // their own backlog is empty, into the middle of a line the other left half written.
   if (!same_file(STDOUT_FILENO, STDERR_FILENO)) separate_err_console_.emplace(STDERR_FILENO);
@@ -610,9 +630,8 @@ AttemptResult WorkerGroup::run(int restart_count) {
               std::chrono::duration<double, std::milli>(Clock::now() - start).count(),
               " ms (restart ", restart_count, ", namespace ", job_namespace.name(), ")");
 
-  Supervisor(plan_, signals_, ranks, out_console, err_console).supervise(result, [&job_namespace] {
-    job_namespace.remove_all();
-  });
+  Supervisor(plan_, signals_, reaper_, ranks, out_console, err_console)
+      .supervise(result, [&job_namespace] { job_namespace.remove_all(); });
   job_namespace.remove_all();
   return result;
 }

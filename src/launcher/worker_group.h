@@ -14,6 +14,7 @@
 #include "launcher/console_sink.h"
 #include "launcher/failure_summary.h"
 #include "launcher/launch_plan.h"
+#include "launcher/orphan_reaper.h"
 #include "launcher/signal_watcher.h"
 
 namespace shmccl::launcher {
@@ -49,6 +50,7 @@ class WorkerGroup {
  private:
   const LaunchPlan& plan_;
   SignalWatcher& signals_;
+  OrphanReaper reaper_;  // before any rank is forked
   ConsoleSink out_console_;
   std::optional<ConsoleSink> separate_err_console_;
 };

@@ -122,6 +122,13 @@ TEST(Options, VirtualLocalRankIsASwitch) {
   EXPECT_THROW(parse({"--virtual-local-rank=1", "p"}), UsageError) << "torchrun takes no value";
 }
 
+TEST(Options, ReapOrphansIsASwitch) {
+  EXPECT_TRUE(parse({"--reap-orphans", "p"}).reap_orphans);
+  EXPECT_TRUE(parse({"--reap_orphans", "p"}).reap_orphans);
+  EXPECT_FALSE(parse({"p"}).reap_orphans);
+  EXPECT_THROW(parse({"--reap-orphans=1", "p"}), UsageError);
+}
+
 TEST(Options, RdzvEndpointIsHostAndOptionalPort) {
   const Options options = parse({"--rdzv-backend=c10d", "--rdzv-endpoint", "localhost:29400", "p"});
   ASSERT_TRUE(options.rdzv_endpoint);

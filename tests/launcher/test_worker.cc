@@ -156,6 +156,53 @@ int main(int argc, char** argv) {
     std::printf("fds=%s\n", fds.c_str());
     return 0;
   }
+  // Rank 0 leaves a child behind that ends right after it (an orphan: shmrun --reap-orphans must
+  // reap it), and writes its pid to argv[2]; rank 1 waits for that child to be reaped (gone from
+  // /proc: a zombie stays there) and says whether it was.
+  if (mode == "orphan" && argc == 3) {
+    const std::string pid_file = argv[2];
+    if (rank == 0) {
+      int ends[2];
+      if (pipe(ends) != 0) return 70;
+      const pid_t orphan = fork();
+      if (orphan < 0) return 71;
+      if (orphan == 0) {
+        close(ends[1]);
+        char byte;
+        while (read(ends[0], &byte, 1) != 0) {  // EOF once the rank is gone
+        }
+        const std::string temporary = pid_file + ".tmp";
+        if (FILE* file = std::fopen(temporary.c_str(), "w")) {
+          std::fprintf(file, "%d\n", static_cast<int>(getpid()));
+          std::fclose(file);
+          std::rename(temporary.c_str(), pid_file.c_str());
+        }
+        _exit(0);
+      }
+      std::printf("left pid %d behind\n", static_cast<int>(orphan));
+      return 0;
+    }
+    long orphan = 0;
+    for (int i = 0; i < 2000 && orphan == 0; ++i) {  // 20 s at most
+      std::ifstream file(pid_file);
+      if (!(file >> orphan)) orphan = 0;
+      if (orphan == 0) usleep(10000);
+    }
+    if (orphan == 0) {
+      std::printf("no orphan pid\n");
+      return 1;
+    }
+    const std::string proc = "/proc/" + std::to_string(orphan);
+    for (int i = 0; i < 2000; ++i) {
+      if (access(proc.c_str(), F_OK) != 0) {
+        std::printf("orphan %ld reaped\n", orphan);
+        return 0;
+      }
+      usleep(10000);
+    }
+    std::printf("orphan %ld not reaped\n", orphan);
+    return 1;
+  }
   if (mode == "sleep") wait_forever();
   if (mode == "report-signals") report_signals_forever([] {});
   if ((mode == "fail-and-report" || mode == "fail-and-keep-reporting") && argc == 3) {
