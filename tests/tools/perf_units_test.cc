@@ -98,6 +98,12 @@ TEST(PerfOptions, ErrorsNameTheOption) {
   EXPECT_EQ(message({"-z", "sawtooth"}),
             "option -z/--split: invalid value 'sawtooth' (expected linear, random:SEED or zero)");
   EXPECT_EQ(message({"--iters"}), "option -n/--iters needs a value (an integer >= 1)");
+  EXPECT_EQ(message({"-d", "bool", "-r", "avg"}),
+            "options -d bool and -r avg: the average of booleans is not defined (as in torch), "
+            "so there is nothing to measure");
+  EXPECT_EQ(message({"-o", "all_gather", "-d", "bool", "-r", "avg"}), "no error")
+      << "an op that reduces nothing takes no reduce op";
+  EXPECT_EQ(message({"-d", "bool", "-r", "all"}), "no error") << "the other ops run";
   EXPECT_EQ(message({"--debug-corrupt", "x"}),
             "option --debug_corrupt: invalid value 'x' (expected a rank >= 0)");
 }

@@ -87,7 +87,8 @@ int run(const PerfOptions& options) {
   const std::vector<ReduceOp> no_op = {ReduceOp::SUM};  // not used by the op; one pass
   for (ScalarType dtype : options.dtypes) {
     for (ReduceOp op : reducing ? options.reduce_ops : no_op) {
-      // As torch, the library refuses the average of booleans: -o all skips it there.
+      // As torch, the library refuses the average of booleans: -r all skips it here (and -r avg
+      // with only -d bool is a usage error).
       if (reducing && op == ReduceOp::AVG && dtype == ScalarType::Bool) continue;
       for (int64_t bytes : sizes) {
         const SizePlan plan = plan_size(options.collective, dtype, bytes, world, options.split);

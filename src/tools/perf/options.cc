@@ -6,6 +6,7 @@
 #include <charconv>
 #include <string_view>
 
+#include "collective.h"
 #include "shmccl/error.hpp"
 
 namespace shmccl::perf {
@@ -252,6 +253,19 @@ PerfOptions parse_options(const std::vector<std::string>& args) {
   if (options.min_bytes > options.max_bytes) {
     throw UsageError("option -b/--minbytes (" + std::to_string(options.min_bytes) +
                      ") is larger than -e/--maxbytes (" + std::to_string(options.max_bytes) + ")");
+  }
+  // The average of booleans is refused (as torch's): `-d all -r all` skips it, but when it is
+  // all that was asked for, an empty table that says OK would hide that.
+  const bool only_bool_average =
+      is_reducing(options.collective) &&
+      std::all_of(options.dtypes.begin(), options.dtypes.end(),
+                  [](ScalarType dtype) { return dtype == ScalarType::Bool; }) &&
+      std::all_of(options.reduce_ops.begin(), options.reduce_ops.end(),
+                  [](ReduceOp op) { return op == ReduceOp::AVG; });
+  if (only_bool_average) {
+    throw UsageError(
+        "options -d bool and -r avg: the average of booleans is not defined (as in "
+        "torch), so there is nothing to measure");
   }
   return options;
 }
