@@ -182,6 +182,17 @@ inline std::vector<int64_t> linear_splits(int64_t total, int world) {
 }
 
 // Elements of a benchmark of nominal `bytes`: at least one per rank.
+// The value element `index` of rank `rank`'s contribution holds: it depends on both, so that a
+// chunk moved to the wrong place fails the check, not only one never written. Small integers:
+// sums over 8 ranks (at most 156) stay exact in bfloat16.
+inline double pattern_value(int rank, int64_t index) {
+  return static_cast<double>(1 + rank + index % 16);
+}
+// The sum of pattern_value(r, index) over ranks r of a `world`-rank job.
+inline double pattern_sum(int world, int64_t index) {
+  return static_cast<double>(world * (1 + index % 16) + world * (world - 1) / 2);
+}
+
 inline int64_t element_count(int64_t bytes, int64_t element_size, int world) {
   return std::max<int64_t>(bytes / element_size, world);
 }

@@ -53,15 +53,28 @@ void finish(const Variant& variant, const std::shared_ptr<Work>& work) {
   if (variant.async) work->wait();
 }
 
-// True when every element of `tensor` equals `expected` (read on the host, in its own dtype).
-bool holds(const Tensor& tensor, double expected) {
+// `count` elements of `dtype` on `device`, element i holding value(first + i).
+template <typename Value>
+Tensor filled(int64_t count, int64_t first, ScalarType dtype, Device device, Value value) {
+  std::vector<float> values(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i)
+    values[static_cast<size_t>(i)] = static_cast<float>(value(first + i));
+  return from_vector<float>(values).to(dtype).to(device);
+}
+
+// Whether element i of `tensor` holds expected(first + i) (read on the host, in its own dtype).
+template <typename Expected>
+bool holds_each(const Tensor& tensor, int64_t first, Expected expected) {
   if (tensor.numel() == 0) return true;
   return visit_dtype(tensor.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const std::vector<T> values = tensor.to_vector<T>();
-    const double want = static_cast<double>(static_cast<T>(expected));
-    return std::all_of(values.begin(), values.end(),
-                       [&](T value) { return static_cast<double>(value) == want; });
+    for (size_t i = 0; i < values.size(); ++i) {
+      const double want =
+          static_cast<double>(static_cast<T>(expected(first + static_cast<int64_t>(i))));
+      if (static_cast<double>(values[i]) != want) return false;
+    }
+    return true;
   });
 }
 
@@ -96,14 +109,18 @@ void all_gather_uneven(benchmark::State& state, const Variant& variant, int64_t 
   Tensor output = full({count}, -1, variant.dtype, device_of(variant));
   Tensor input = variant.in_place ? output.narrow(0, offsets[mine], splits[mine])
                                   : empty({splits[mine]}, variant.dtype, device_of(variant));
-  input.fill_(ctx.rank + 1);
+  input.copy_(filled(splits[mine], 0, variant.dtype, device_of(variant),
+                     [&](int64_t i) { return pattern_value(ctx.rank, i); }));
   auto call = [&] {
     finish(variant, all_gather_into_tensor_uneven(output, input, splits, nullptr, variant.async));
   };
   auto check = [&] {
     for (int r = 0; r < ctx.world; ++r) {
       const auto index = static_cast<size_t>(r);
-      if (!holds(output.narrow(0, offsets[index], splits[index]), r + 1)) return false;
+      if (!holds_each(output.narrow(0, offsets[index], splits[index]), 0,
+                      [r](int64_t i) { return pattern_value(r, i); })) {
+        return false;
+      }
     }
     return true;
   };
@@ -118,14 +135,17 @@ void reduce_scatter_uneven(benchmark::State& state, const Variant& variant, int6
   const auto splits = linear_splits(count, ctx.world);
   const auto offsets = offsets_of(splits);
   const auto mine = static_cast<size_t>(ctx.rank);
-  Tensor input = full({count}, ctx.rank + 1, variant.dtype, device_of(variant));
+  Tensor input = filled(count, 0, variant.dtype, device_of(variant),
+                        [&](int64_t i) { return pattern_value(ctx.rank, i); });
   Tensor output = variant.in_place ? input.narrow(0, offsets[mine], splits[mine])
                                    : full({splits[mine]}, -1, variant.dtype, device_of(variant));
   auto call = [&] {
     finish(variant, reduce_scatter_tensor_uneven(output, input, splits, ReduceOp::SUM, nullptr,
                                                  variant.async));
   };
-  auto check = [&] { return holds(output, ctx.world * (ctx.world + 1) / 2); };
+  auto check = [&] {
+    return holds_each(output, offsets[mine], [&](int64_t i) { return pattern_sum(ctx.world, i); });
+  };
   // Zeros for timing: repeated in-place sums stay finite.
   run_benchmark(state, ctx.comm, ctx.options, ctx.cutoffs, describe(variant, bytes, count), call,
                 check, [&] { input.zero_(); });
@@ -135,9 +155,12 @@ void all_reduce_in_place(benchmark::State& state, const Variant& variant, int64_
   Context& ctx = context();
   const int64_t count =
       element_count(bytes, static_cast<int64_t>(element_size(variant.dtype)), ctx.world);
-  Tensor tensor = full({count}, ctx.rank + 1, variant.dtype, device_of(variant));
+  Tensor tensor = filled(count, 0, variant.dtype, device_of(variant),
+                         [&](int64_t i) { return pattern_value(ctx.rank, i); });
   auto call = [&] { finish(variant, all_reduce(tensor, ReduceOp::SUM, nullptr, variant.async)); };
-  auto check = [&] { return holds(tensor, ctx.world * (ctx.world + 1) / 2); };
+  auto check = [&] {
+    return holds_each(tensor, 0, [&](int64_t i) { return pattern_sum(ctx.world, i); });
+  };
   run_benchmark(state, ctx.comm, ctx.options, ctx.cutoffs, describe(variant, bytes, count), call,
                 check, [&] { tensor.zero_(); });
 }
@@ -146,9 +169,11 @@ void broadcast_in_place(benchmark::State& state, const Variant& variant, int64_t
   Context& ctx = context();
   const int64_t count =
       element_count(bytes, static_cast<int64_t>(element_size(variant.dtype)), ctx.world);
-  Tensor tensor = full({count}, ctx.rank == 0 ? 7 : -1, variant.dtype, device_of(variant));
+  Tensor tensor = ctx.rank == 0 ? filled(count, 0, variant.dtype, device_of(variant),
+                                         [](int64_t i) { return pattern_value(0, i); })
+                                : full({count}, -1, variant.dtype, device_of(variant));
   auto call = [&] { finish(variant, broadcast(tensor, 0, nullptr, variant.async)); };
-  auto check = [&] { return holds(tensor, 7); };
+  auto check = [&] { return holds_each(tensor, 0, [](int64_t i) { return pattern_value(0, i); }); };
   run_benchmark(state, ctx.comm, ctx.options, ctx.cutoffs, describe(variant, bytes, count), call,
                 check, [] {});
 }
