@@ -114,7 +114,12 @@ void GroupState::wait_for_turn_slowly(uint64_t sequence) {
 
 void GroupState::fail_before_arrival(uint64_t sequence, const std::string& message,
                                      transport::FailureKind kind) {
-  if (!mark_failed(message)) return;
+  // All under the lock leave_unrun_call takes: a call queued before this one that sees the group
+  // failed must find this departure there, to move it down (else it stays here, and the peers
+  // waiting in that earlier call sit out their timeout). The lock also keeps shut_down() from
+  // taking the transport away in between.
+  std::lock_guard<std::mutex> lock(failure_mutex_);
+  if (!mark_failed_locked(message)) return;
   transport_->give_up(sequence, message, kind);
   transport_->depart(sequence);
 }
@@ -133,6 +138,10 @@ void GroupState::leave_unrun_call(uint64_t sequence) {
 
 bool GroupState::mark_failed(const std::string& message) {
   std::lock_guard<std::mutex> lock(failure_mutex_);
+  return mark_failed_locked(message);
+}
+
+bool GroupState::mark_failed_locked(const std::string& message) {
   if (failed_.load(std::memory_order_relaxed) || shut_down_) return false;
   failure_ = message;
   failed_.store(true, std::memory_order_release);

@@ -143,6 +143,8 @@ class GroupState {
   }
 
  private:
+  bool mark_failed_locked(const std::string& message);  // holding failure_mutex_
+
   [[gnu::noinline]] void wait_for_turn_slowly(uint64_t sequence);
 
   std::unique_ptr<transport::GroupTransport> transport_;
