@@ -74,6 +74,11 @@ std::string format_time(std::chrono::system_clock::time_point time) {
   return text;
 }
 
+bool failed_because_of_a_peer(const RankExit& exit) {
+  // The type name leads the message shmccl's error file holds ("shmccl::RemoteError: ...").
+  return exit.recorded && exit.recorded->message.starts_with("shmccl::RemoteError");
+}
+
 std::string format_failure_summary(const SummaryContext& context, const RankExit& root_cause,
                                    const std::vector<RankExit>& others) {
   std::string out = kHeavyRule + "\n" + context.program + " FAILED\n" + kLightRule + "\n";

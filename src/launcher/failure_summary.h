@@ -40,6 +40,11 @@ struct SummaryContext {
   std::vector<bool> trace_written;     // by rank: its flight recorder file exists
 };
 
+// Whether the rank recorded that it failed because another rank did (a shmccl::RemoteError: a peer
+// died, aborted or called another collective). Of ranks seen to end together, one that failed on
+// its own is the root cause.
+bool failed_because_of_a_peer(const RankExit& exit);
+
 // `root_cause` first, then `others` (ranks that did not succeed), in that order.
 std::string format_failure_summary(const SummaryContext& context, const RankExit& root_cause,
                                    const std::vector<RankExit>& others);

@@ -63,6 +63,7 @@ struct Rank {
   const RankPlan* plan = nullptr;
   std::string error_file;  // its TORCHELASTIC_ERROR_FILE
   ChildProcess child;
+  bool exit_taken = false;          // shmrun has recorded how it ended
   FileDescriptor out_log, err_log;  // stdout.log and stderr.log, when routed to a file
   Pipe out;
   Pipe err;
@@ -275,13 +276,34 @@ class Supervisor {
   }
 
   void on_exit(Rank& rank) {
+    if (rank.exit_taken) return;   // taken with the first failure's (on_first_failure)
     if (!rank.child.try_reap()) {  // not expected after POLLIN; wait again
       arm_exit(rank);
       return;
     }
-    // Not waiting for end of file: a grandchild holding the pipe must not keep shmrun alive. During
-    // a stop, what the rank started may still say why it ends: the pipes stay open until the wait
-    // for it is over (wait_for_what_the_ranks_started).
+    RankExit exit = take_exit(rank);
+    if (exit.status.success()) {
+      check_traces();
+      return;
+    }
+    // Ctrl-C reaches the ranks and shmrun at once: a rank killed by it is not the root cause of
+    // a failure, so look at shmrun's own pending signals before blaming the rank.
+    if (!stopping_) handle_signals();
+    exit.stopped = stopping_;
+    if (stopping_ || root_cause_) {
+      others_.push_back(exit);
+      check_traces();
+    } else {
+      on_first_failure(std::move(exit));
+    }
+  }
+
+  // The record of a rank that has ended (reaped); it no longer counts as running.
+  RankExit take_exit(Rank& rank) {
+    rank.exit_taken = true;
+    // Not waiting for end of file: a grandchild holding the pipe must not keep shmrun alive.
+    // During a stop, what the rank started may still say why it ends: the pipes stay open until
+    // the wait for it is over (wait_for_what_the_ranks_started).
     if (!stopping_) {
       close_pipe(rank.out);
       close_pipe(rank.err);
@@ -297,24 +319,32 @@ class Supervisor {
     exit.time = std::chrono::system_clock::now();
     SHMCCL_INFO(kLaunch, "rank ", exit.rank, " (pid ", exit.pid,
                 ") ended: ", exit.status.describe(), "; ", live_, " still running");
-    if (exit.status.success()) {
-      check_traces();
-      return;
+    if (!exit.status.success()) {
+      // Read now: without a log directory the file goes with the attempt's shared memory.
+      exit.recorded = read_error_file(rank.error_file);
+      if (exit.recorded && !plan_.logs.empty()) exit.error_file = rank.error_file;
     }
-    // Read now: without a log directory the file goes with the attempt's shared memory.
-    exit.recorded = read_error_file(rank.error_file);
-    if (exit.recorded && !plan_.logs.empty()) exit.error_file = rank.error_file;
-    // Ctrl-C reaches the ranks and shmrun at once: a rank killed by it is not the root cause of
-    // a failure, so look at shmrun's own pending signals before blaming the rank.
-    if (!stopping_) handle_signals();
-    exit.stopped = stopping_;
-    if (stopping_ || root_cause_) {
-      others_.push_back(exit);
-      check_traces();
-    } else {
-      root_cause_ = exit;
-      on_failure();
+    return exit;
+  }
+
+  // The first failure seen. shmrun may see it late (a loaded machine), when the ranks it failed
+  // have ended too, and the loop may report one of theirs first: every rank that has ended is
+  // taken now, and the root cause is one that failed on its own (see failed_because_of_a_peer).
+  void on_first_failure(RankExit first) {
+    std::vector<RankExit> failed{std::move(first)};
+    for (Rank& rank : ranks_) {
+      if (rank.exit_taken || !rank.child.try_reap()) continue;
+      RankExit exit = take_exit(rank);
+      if (!exit.status.success()) failed.push_back(std::move(exit));
     }
+    auto root = std::find_if(failed.begin(), failed.end(),
+                             [](const RankExit& exit) { return !failed_because_of_a_peer(exit); });
+    if (root == failed.end()) root = failed.begin();
+    root_cause_ = *root;
+    for (auto it = failed.begin(); it != failed.end(); ++it) {
+      if (it != root) others_.push_back(std::move(*it));
+    }
+    on_failure();
   }
 
   // The first failure. With SHMCCL_TRACE_FILE set, the other ranks get a moment (SHMCCL_TRACE_WAIT

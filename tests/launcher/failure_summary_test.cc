@@ -35,6 +35,17 @@ TEST(FailureSummary, NamesTheRootCauseFirst) {
       << text;
 }
 
+TEST(FailureSummary, OnlyARecordedRemoteErrorIsAFailureBecauseOfAPeer) {
+  RankExit exit = exit_of(1, ExitStatus{true, SIGABRT}, false);
+  EXPECT_FALSE(failed_because_of_a_peer(exit)) << "nothing recorded";
+  exit.recorded = RecordedError{"shmccl::InvalidArgument: bad batch 7", "", std::nullopt};
+  EXPECT_FALSE(failed_because_of_a_peer(exit));
+  exit.recorded->message = "RuntimeError: shmccl::RemoteError in a Python message";
+  EXPECT_FALSE(failed_because_of_a_peer(exit));
+  exit.recorded->message = "shmccl::RemoteError: rank 3 (pid 42) died";
+  EXPECT_TRUE(failed_because_of_a_peer(exit));
+}
+
 TEST(FailureSummary, ARecordedErrorIsShownAsTorchrunsTraceback) {
   SummaryContext context;
   context.program = "prog";

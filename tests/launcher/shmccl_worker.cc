@@ -11,13 +11,16 @@
 //   collectives       all-reduce and uneven all-gather of NPU tensors large enough for the work
 //                     pool (each rank reads and writes its peers' memory), checked; prints
 //                     "ok rank=R" (exit 1 with "wrong ..." on stderr otherwise)
-//   throw RANK        rank RANK throws shmccl::InvalidArgument("bad batch 7") out of main; the
-//                     others' next all_reduce then throws out of main too
+//   throw RANK [GATE] rank RANK throws shmccl::InvalidArgument("bad batch 7") out of main; the
+//                     others' next all_reduce then throws out of main too. With GATE (a FIFO),
+//                     rank RANK first opens it for reading: it throws once a test opens it for
+//                     writing
 //   record            shmccl::elastic::record runs a body that throws shmccl::Error("boom");
 //                     main catches it and exits 5
 //   devices           prints "devices rank=R local_rank=L count=C physical=P" for the device
 //                     LOCAL_RANK % device_count(), then runs `collectives` on it; a device call
 //                     that throws prints "error: <what>" and exits 3
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -75,7 +78,7 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: shmccl_worker die RANK MARKERS | dump | collectives | devices | throw "
-                 "RANK | record\n");
+                 "RANK [GATE] | record\n");
     return 64;
   }
   const std::string mode = argv[1];
@@ -137,8 +140,14 @@ int main(int argc, char** argv) {
     shmccl::destroy_process_group();
     return 0;
   }
-  if (mode == "throw" && argc == 3) {
-    if (rank == std::atoi(argv[2])) throw shmccl::InvalidArgument("bad batch 7");
+  if (mode == "throw" && (argc == 3 || argc == 4)) {
+    if (rank == std::atoi(argv[2])) {
+      if (argc == 4) {
+        const int gate = open(argv[3], O_RDONLY | O_CLOEXEC);  // blocks until a writer opens it
+        if (gate >= 0) close(gate);
+      }
+      throw shmccl::InvalidArgument("bad batch 7");
+    }
     shmccl::all_reduce(t);
     return 2;
   }

@@ -4,6 +4,9 @@
 // TORCHELASTIC_ERROR_FILE; a shmccl rank whose exception escapes main writes it (what, and where
 // it was thrown), as does torch's @record for a Python rank; shmrun's failure report shows it as
 // torchrun's does ("traceback"), and names the file when it sits in the log directory.
+#include <sys/stat.h>
+
+#include "core/file_descriptor.h"
 #include "core/json.h"
 #include "shmrun_harness.h"
 
@@ -40,6 +43,42 @@ TEST_P(ErrorFileTest, AnExceptionEscapingMainIsTheRootCausesTraceback) {
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, ErrorFileTest, ::testing::Values(2, 3, 4, 8));
+
+// On a loaded machine shmrun may look only once both the rank that failed and the ranks its death
+// failed have ended (here shmrun is stopped meanwhile). The root cause is the rank that failed on
+// its own, not the first one shmrun happens to read: the others recorded a RemoteError about it.
+TEST(ErrorFile, RanksFailedByAnothersDeathAreNotTheRootCauseWhenShmrunSeesThemEndTogether) {
+  TempDir dir;
+  const std::string gate = dir.path() + "/gate";
+  ASSERT_EQ(mkfifo(gate.c_str(), 0600), 0);
+  constexpr int kWorld = 4;
+  Shmrun shmrun(
+      {"-v", "--nproc-per-node", std::to_string(kWorld), kShmcclWorker, "throw", "3", gate});
+  ASSERT_TRUE(shmrun.read_err_until([](const std::string& err) {
+    return rank_pids(err).size() >= static_cast<size_t>(kWorld);
+  })) << shmrun.err();
+  std::vector<FileDescriptor> ranks;
+  for (pid_t pid : rank_pids(shmrun.err())) {
+    ranks.emplace_back(pidfd_open(pid));
+    ASSERT_TRUE(ranks.back().valid()) << "rank pid " << pid;
+  }
+  shmrun.send(SIGSTOP);
+  // A writer (O_RDWR does not wait for a reader): rank 3 passes its gate and throws.
+  const FileDescriptor writer(open(gate.c_str(), O_RDWR | O_CLOEXEC));
+  ASSERT_TRUE(writer.valid());
+  for (const FileDescriptor& rank : ranks) {
+    pollfd ended{rank.get(), POLLIN, 0};
+    ASSERT_EQ(poll(&ended, 1, 20000), 1) << "a rank did not end: " << shmrun.err();
+  }
+  shmrun.send(SIGCONT);
+  const RunResult result = shmrun.wait();
+  EXPECT_EQ(result.exit_code, 128 + SIGABRT) << result.err;
+  const std::string cause = root_cause(result.err);
+  EXPECT_NE(cause.find("rank       : 3"), std::string::npos) << cause;
+  EXPECT_NE(cause.find("traceback  : shmccl::InvalidArgument: bad batch 7\n"), std::string::npos)
+      << cause;
+  expect_shm_clean(namespaces(result.err));
+}
 
 // With a log directory the file stays beside the rank's log, in torch's layout, and the report
 // names it.

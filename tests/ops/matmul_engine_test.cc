@@ -33,7 +33,8 @@ struct Problem {
   std::vector<float> expected;  // the engine's own result on one thread, before any concurrency
 };
 
-// bfloat16 with an odd k: oneDNN's brgemm matmul then stages A in its scratchpad too.
+// bfloat16 with an odd k: oneDNN's brgemm matmul then stages A in its scratchpad too. A is in
+// the engine's operand dtype: float32 where oneDNN has no bfloat16 matmul (no AVX-512).
 Problem make_problem(int64_t m, int64_t k, int64_t n, int seed) {
   Problem p;
   p.shape = MatmulShape{m, k, n, kBFloat16};
@@ -42,7 +43,7 @@ Problem make_problem(int64_t m, int64_t k, int64_t n, int seed) {
     a[i] = static_cast<float>((i * 7 + seed) % 13) - 6.0f;
   for (size_t i = 0; i < w.size(); ++i)
     w[i] = static_cast<float>((i * 5 + seed) % 11) - 5.0f;
-  p.a = from_vector<float>(a, {m, k}).to(kBFloat16);
+  p.a = from_vector<float>(a, {m, k}).to(MatmulEngine::operand_dtype(kBFloat16));
   p.weight = from_vector<float>(w, {k, n}).to(kBFloat16);
   p.expected.resize(static_cast<size_t>(m * n));
   MatmulEngine::instance().matmul(p.shape, p.a.data_ptr(), k, p.weight, p.expected.data(), 1);
