@@ -3,6 +3,10 @@
 
 #include <csignal>
 #include <ctime>
+#include <exception>
+
+#include "core/error_file.h"
+#include "shmccl/error.hpp"
 
 namespace shmccl::launcher {
 namespace {
@@ -75,8 +79,10 @@ std::string format_time(std::chrono::system_clock::time_point time) {
 }
 
 bool failed_because_of_a_peer(const RankExit& exit) {
-  // The type name leads the message shmccl's error file holds ("shmccl::RemoteError: ...").
-  return exit.recorded && exit.recorded->message.starts_with("shmccl::RemoteError");
+  // What a rank's error file begins with for a RemoteError, as the writer spells it.
+  static const std::string prefix =
+      elastic::detail::describe(std::make_exception_ptr(RemoteError("")));
+  return exit.recorded && exit.recorded->message.starts_with(prefix);
 }
 
 std::string format_failure_summary(const SummaryContext& context, const RankExit& root_cause,

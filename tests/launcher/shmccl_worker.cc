@@ -144,7 +144,11 @@ int main(int argc, char** argv) {
     if (rank == std::atoi(argv[2])) {
       if (argc == 4) {
         const int gate = open(argv[3], O_RDONLY | O_CLOEXEC);  // blocks until a writer opens it
-        if (gate >= 0) close(gate);
+        if (gate < 0) {
+          std::perror(argv[3]);
+          return 65;
+        }
+        close(gate);
       }
       throw shmccl::InvalidArgument("bad batch 7");
     }

@@ -68,7 +68,8 @@ TEST(ErrorFile, RanksFailedByAnothersDeathAreNotTheRootCauseWhenShmrunSeesThemEn
   ASSERT_TRUE(writer.valid());
   for (const FileDescriptor& rank : ranks) {
     pollfd ended{rank.get(), POLLIN, 0};
-    ASSERT_EQ(poll(&ended, 1, 20000), 1) << "a rank did not end: " << shmrun.err();
+    ASSERT_EQ(poll(&ended, 1, std::chrono::milliseconds(kDeadline).count()), 1)
+        << "a rank did not end: " << shmrun.err();
   }
   shmrun.send(SIGCONT);
   const RunResult result = shmrun.wait();
