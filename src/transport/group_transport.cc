@@ -2,6 +2,7 @@
 #include "transport/group_transport.h"
 
 #include <sched.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -100,6 +101,14 @@ void GroupTransport::set_oversubscribed(bool oversubscribed, bool cores_suffice)
 }
 
 namespace {
+
+// The calling thread's involuntary context switches: a sched_yield that ran another task counts
+// as one, a yield the scheduler answered with this thread again does not.
+int64_t involuntary_context_switches() {
+  rusage usage{};
+  getrusage(RUSAGE_THREAD, &usage);
+  return usage.ru_nivcsw;
+}
 
 // SHMCCL_CHUNK_BYTES, at least 4 KiB and a whole number of cache lines (so a whole number of
 // elements of every dtype).
@@ -433,9 +442,22 @@ void GroupTransport::sleep_until(bool (*ready)(void*), void* context, Clock::tim
   // wake-up of 5-10 us (tens in a VM). Bounded by SHMCCL_YIELD_TIME, then sleep for real. Once
   // the ranks on our core all wait where we wait, spin instead (core_mates.h), for at most
   // SHMCCL_MATE_SPIN_TIME between yields.
+  //
+  // A yield may also hand the core to no one: when nothing else is runnable here, and when the
+  // rank we wait for is runnable here but not yet eligible (Linux's EEVDF picks a yielding task
+  // again until its core-mates' lag allows them, up to a slice later; traced at 4 ranks on 2
+  // cores: a rank woken from a sleep yielded for the whole SHMCCL_YIELD_TIME while the core-mate
+  // it waited for stayed runnable, 200 us instead of 13 per call). A yield that ran another task
+  // is an involuntary context switch of this thread; once yields have switched to no one for
+  // kFruitlessYieldTime, sleep: the core then goes to that rank, or an idle core's balancing
+  // pulls one over. The first look comes after the first batch of yields, so that the short
+  // waits, most of them, pay no system call for it.
   const auto yield_until = Clock::now() + yield_budget_;
   CoreMates mates(slots_, rank_, size_, mate_spin_budget_.count() > 0 ? shared_wait : 0);
   Clock::time_point spin_until = Clock::time_point::max();  // max: not spinning
+  int yields = 0;
+  int64_t switches_seen = 0;
+  Clock::time_point last_switch;
   for (int i = 0;; ++i) {
     if (ready(context)) return;
     if (!healthy()) throw_failure(describe(describe_context));
@@ -449,7 +471,18 @@ void GroupTransport::sleep_until(bool (*ready)(void*), void* context, Clock::tim
         continue;
       }
     }
+    if (yields > 0 && yields % kYieldsPerSwitchCheck == 0) {
+      const int64_t switches = involuntary_context_switches();
+      const auto now = Clock::now();
+      if (yields == kYieldsPerSwitchCheck || switches != switches_seen) {  // first look, or ran one
+        switches_seen = switches;
+        last_switch = now;
+      } else if (now - last_switch >= kFruitlessYieldTime) {
+        break;
+      }
+    }
     sched_yield();
+    ++yields;
     mates.refresh_cpu();
     spin_until = Clock::time_point::max();
   }

@@ -259,6 +259,12 @@ class GroupTransport {
   static constexpr std::chrono::microseconds kPureSpin{20};
   static constexpr int kEagerChecks = 512;         // ~0.5-1 us of back-to-back checks
   static constexpr int kOversubscribedChecks = 8;  // then yield (sleep_until)
+  // sleep_until looks every kYieldsPerSwitchCheck yields (a look is a system call, ~1 us in a
+  // VM) whether they ran anyone else, and sleeps once they have run no one for
+  // kFruitlessYieldTime. 40 us: at 20 us, 8 ranks on 2 cores slept where a yield would soon have
+  // handed over (docs/performance.md, session 46).
+  static constexpr int kYieldsPerSwitchCheck = 8;
+  static constexpr std::chrono::microseconds kFruitlessYieldTime{40};
   static constexpr int kPausedChecks = 256;
   std::chrono::nanoseconds spin_budget_{0};
   std::chrono::nanoseconds yield_budget_{0};

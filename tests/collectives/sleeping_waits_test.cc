@@ -12,12 +12,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <thread>
 #include <vector>
 
 #include "collectives/group_state.h"
 #include "core/config.h"
 #include "multiprocess.h"
 #include "transport/asymmetric_fence.h"
+#include "transport/control_block.h"
 
 namespace shmccl {
 namespace {
@@ -114,6 +116,37 @@ TEST(SleepingWaits, RanksThatOutnumberTheirCoresWakeEveryTime) {
   if (allowed_cpu_count() < 2) GTEST_SKIP() << "needs two CPUs";
   for (int world : {3, 4, 8})
     expect_prompt_wakes(world, 2, /*expect_light=*/false);
+}
+
+// Ranks that outnumber their cores yield while they wait, so that a core-mate can run. A yield
+// that runs no one else (nothing else is runnable on the core, or the scheduler will not run it
+// yet) only burns the core: past a few tens of microseconds of such yields the rank sleeps, even
+// with a yield budget of a minute. Here both ranks share one CPU and rank 1 arrives only once it
+// sees rank 0 asleep (it sleeps meanwhile, so rank 0's yields find no one; other programs' tasks
+// on that CPU only delay the moment).
+TEST(SleepingWaits, ARankWhoseYieldsRunNoOneSleepsBeforeItsYieldBudgetIsSpent) {
+  constexpr double kBoundSeconds = 20;
+  auto results = testing::run_ranks(2, [&](const testing::RankContext& ctx) {
+    testing::run_on_one_cpu();
+    setenv("SHMCCL_YIELD_TIME", "60s", 1);
+    config::reload();
+    npu::set_device(ctx.rank);
+    ctx.init(120000);
+    Tensor tensor = ones({4}, kFloat32).npu();
+    if (ctx.rank == 1) {
+      const transport::ControlHeader& header = default_group()->state().transport().header();
+      const auto start = std::chrono::steady_clock::now();
+      while (header.sleepers.load() == 0) {
+        require(testing::seconds_since(start) < kBoundSeconds,
+                str("rank 0 still had not slept after ", kBoundSeconds,
+                    " s of waiting for rank 1 (it yields to no one until its yield budget ends)"));
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+    all_reduce(tensor);
+    require(tensor.cpu().to_vector<float>()[0] == 2.0f, "all_reduce");
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
 }
 
 }  // namespace
