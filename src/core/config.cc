@@ -64,7 +64,7 @@ constexpr std::array kSettings = {
             "rank has a core (more ranks than cores: a few checks, then sleep)"},
     Setting{"SHMCCL_YIELD_TIME", Kind::kSeconds, "200us",
             "when ranks outnumber cores: how long a waiting rank yields its core to the others "
-            "before it sleeps"},
+            "before it sleeps (it sleeps sooner when its yields run no one for 40 us)"},
     Setting{"SHMCCL_MATE_SPIN_TIME", Kind::kSeconds, "20us",
             "when ranks outnumber cores: how long a waiting rank spins instead of yielding while "
             "every rank on its core waits for the same collective (0: always yield)"},
