@@ -131,7 +131,7 @@ TEST(SleepingWaits, ARankWhoseYieldsRunNoOneSleepsBeforeItsYieldBudgetIsSpent) {
     setenv("SHMCCL_YIELD_TIME", "60s", 1);
     config::reload();
     npu::set_device(ctx.rank);
-    ctx.init(120000);
+    ctx.init();  // 30 s: rank 0's wait outlasts rank 1's 20 s bound
     Tensor tensor = ones({4}, kFloat32).npu();
     if (ctx.rank == 1) {
       const transport::ControlHeader& header = default_group()->state().transport().header();
