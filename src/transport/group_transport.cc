@@ -456,7 +456,7 @@ void GroupTransport::sleep_until(bool (*ready)(void*), void* context, Clock::tim
   CoreMates mates(slots_, rank_, size_, mate_spin_budget_.count() > 0 ? shared_wait : 0);
   Clock::time_point spin_until = Clock::time_point::max();  // max: not spinning
   int yields = 0;
-  int64_t switches_seen = 0;
+  int64_t switches_seen = -1;  // -1: not looked yet, so the first look counts as a switch
   Clock::time_point last_switch;
   for (int i = 0;; ++i) {
     if (ready(context)) return;
@@ -474,7 +474,7 @@ void GroupTransport::sleep_until(bool (*ready)(void*), void* context, Clock::tim
     if (yields > 0 && yields % kYieldsPerSwitchCheck == 0) {
       const int64_t switches = involuntary_context_switches();
       const auto now = Clock::now();
-      if (yields == kYieldsPerSwitchCheck || switches != switches_seen) {  // first look, or ran one
+      if (switches != switches_seen) {
         switches_seen = switches;
         last_switch = now;
       } else if (now - last_switch >= kFruitlessYieldTime) {
