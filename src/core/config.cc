@@ -68,6 +68,10 @@ constexpr std::array kSettings = {
     Setting{"SHMCCL_MATE_SPIN_TIME", Kind::kSeconds, "20us",
             "when ranks outnumber cores: how long a waiting rank spins instead of yielding while "
             "every rank on its core waits for the same collective (0: always yield)"},
+    Setting{"SHMCCL_CORE_BALANCE", Kind::kBool, "1",
+            "when ranks outnumber cores and may run on several: a waiting rank whose core holds "
+            "two of the job's ranks more than another core it may use moves itself there (at "
+            "most every 20 ms)"},
     Setting{"SHMCCL_WAKE_CHECK_TIME", Kind::kSeconds, "1s",
             "the longest a sleeping wait goes without a wake before it looks again: a safety "
             "net that a wake lost with a dying peer costs at most this (the test suite sets it "

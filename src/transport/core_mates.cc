@@ -7,8 +7,8 @@ namespace shmccl::transport {
 
 CoreMates::CoreMates(RankSlot* slots, int rank, int size, uint64_t wait_id)
     : slots_(slots), rank_(rank), size_(size), wait_id_(wait_id) {
-  if (wait_id_ == 0) return;
   refresh_cpu();
+  if (wait_id_ == 0) return;
   slots_[rank_].waits_in.store(wait_id_, std::memory_order_relaxed);
 }
 
@@ -24,8 +24,9 @@ uint32_t publish_cpu(RankSlot& slot) {
   return cpu;
 }
 
-void CoreMates::refresh_cpu() {
+uint32_t CoreMates::refresh_cpu() {
   cpu_ = publish_cpu(slots_[rank_]);
+  return cpu_;
 }
 
 bool CoreMates::all_wait_here() const {

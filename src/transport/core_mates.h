@@ -38,8 +38,9 @@ class CoreMates {
   // True when every other rank last seen on this rank's CPU is in the same shared wait: none of
   // them can make progress with the core before this rank can.
   bool all_wait_here() const;
-  // Publishes the CPU again (after a yield, which may have let the scheduler move this rank).
-  void refresh_cpu();
+  // Publishes the CPU again (after a yield, which may have let the scheduler move this rank) and
+  // returns it. Every waiter publishes it, in a shared wait or not (core_balance.h reads it).
+  uint32_t refresh_cpu();
 
  private:
   RankSlot* const slots_;

@@ -67,6 +67,7 @@ GroupTransport::GroupTransport(ShmSegment segment, int rank, int size)
       size_(size),
       peer_pids_(static_cast<size_t>(size), 0),
       own_cpus_(usable_cpus()),
+      balance_(slots_, rank, size),
       wake_check_interval_(
           std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
               std::max(config::get_seconds("SHMCCL_WAKE_CHECK_TIME"), 1e-3)))),
@@ -83,6 +84,7 @@ void GroupTransport::set_oversubscribed(bool oversubscribed, bool cores_suffice)
   spin_budget_ = std::chrono::nanoseconds(0);
   yield_budget_ = std::chrono::nanoseconds(0);
   mate_spin_budget_ = std::chrono::nanoseconds(0);
+  balance_cores_ = false;
   auto seconds = [](const char* name) {
     return std::chrono::nanoseconds(static_cast<int64_t>(config::get_seconds(name) * 1e9));
   };
@@ -96,7 +98,10 @@ void GroupTransport::set_oversubscribed(bool oversubscribed, bool cores_suffice)
   } else {
     yield_budget_ = seconds("SHMCCL_YIELD_TIME");
     // A sub-group's slots do not show the job's other ranks, which may need this core.
-    if (whole_job_) mate_spin_budget_ = seconds("SHMCCL_MATE_SPIN_TIME");
+    if (whole_job_) {
+      mate_spin_budget_ = seconds("SHMCCL_MATE_SPIN_TIME");
+      balance_cores_ = config::get_bool("SHMCCL_CORE_BALANCE");
+    }
   }
 }
 
@@ -483,7 +488,9 @@ void GroupTransport::sleep_until(bool (*ready)(void*), void* context, Clock::tim
     }
     sched_yield();
     ++yields;
-    mates.refresh_cpu();
+    const uint32_t cpu = mates.refresh_cpu();
+    if (balance_cores_ && yields % kYieldsPerSwitchCheck == 0)
+      balance_.maybe_move(cpu, Clock::now());
     spin_until = Clock::time_point::max();
   }
   bool announced = false;

@@ -30,6 +30,7 @@
 #include "core/memory_order.h"
 #include "transport/asymmetric_fence.h"
 #include "transport/control_block.h"
+#include "transport/core_balance.h"
 #include "transport/peer_monitor.h"
 #include "transport/shm_segment.h"
 
@@ -271,6 +272,10 @@ class GroupTransport {
   // How long a waiter whose core-mates all wait where it waits spins before it yields once
   // (core_mates.h); 0: it always yields.
   std::chrono::nanoseconds mate_spin_budget_{0};
+  // Whether waits move this rank off a crowded core (core_balance.h): only when ranks outnumber
+  // cores and the slots show every rank of the job (a sub-group's do not).
+  bool balance_cores_ = false;
+  CoreBalance balance_;
 
   // The rank (not this one) that departed at or before the current collective; -1 if none.
   int departed_rank() const;
