@@ -2,7 +2,7 @@
 //
 // Spreading a group's unbound ranks over the cores they may use. When ranks outnumber cores and
 // are not bound, Linux can leave three of four ranks on one core and one on the other for
-// 50-100 ms at a time (a sched_switch trace of tiny 4-rank calls on 2 cores: 5-20% of a run):
+// 50-100 ms at a time (a sched_switch trace of tiny 4-rank calls on 2 cores: 0-20% of a run):
 // the three waiters hand their core around by yields and stay cache-hot, so the load balancer
 // declines to move one, and every call then takes twice its time. A waiting rank that sees its
 // core hold two ranks more than another core it may run on, at two looks in a row, moves itself
