@@ -1,6 +1,7 @@
 // Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
 #include "transport/core_balance.h"
 
+#include <array>
 #include <vector>
 
 namespace shmccl::transport {
@@ -9,7 +10,7 @@ int crowded_core_target(const std::vector<uint32_t>& rank_cpus, int rank,
                         const cpu_set_t& allowed) {
   const uint32_t mine = rank_cpus[static_cast<size_t>(rank)];
   if (CPU_COUNT(&allowed) < 2) return -1;
-  std::vector<int> ranks_on(CPU_SETSIZE, 0);
+  std::array<uint16_t, CPU_SETSIZE> ranks_on{};  // on the stack: a wait allocates nothing
   for (size_t r = 0; r < rank_cpus.size(); ++r) {
     const uint32_t cpu = rank_cpus[r];
     if (cpu >= CPU_SETSIZE) continue;
