@@ -27,9 +27,9 @@ uint32_t publish_cpu(RankSlot& slot);
 
 class CoreMates {
  public:
-  // Publishes that rank `rank` waits in shared wait `wait_id` (0: none, and all_wait_here() is
-  // always false). A shared wait is one in which every rank waits for the same condition, so a
-  // rank in it cannot finish before any other rank in it can.
+  // Publishes the CPU of rank `rank`, and that it waits in shared wait `wait_id` (0: none, and
+  // all_wait_here() is always false). A shared wait is one in which every rank waits for the same
+  // condition, so a rank in it cannot finish before any other rank in it can.
   CoreMates(RankSlot* slots, int rank, int size, uint64_t wait_id);
   ~CoreMates();
   CoreMates(const CoreMates&) = delete;
