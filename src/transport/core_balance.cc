@@ -49,10 +49,13 @@ bool CoreBalance::look(uint32_t cpu, Clock::time_point now) {
         r == rank_ ? cpu : slots_[r].wait_cpu.load(std::memory_order_relaxed);
   // First with every CPU allowed: only the highest rank on a shared CPU goes on to read its
   // thread's mask (a system call).
-  cpu_set_t everywhere;
-  CPU_ZERO(&everywhere);
-  for (int c = 0; c < CPU_SETSIZE; ++c)
-    CPU_SET(c, &everywhere);
+  static const cpu_set_t everywhere = [] {
+    cpu_set_t all;
+    CPU_ZERO(&all);
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      CPU_SET(c, &all);
+    return all;
+  }();
   if (crowded_core_target(rank_cpus_, rank_, everywhere) < 0) {
     pending_target_ = -1;
     return false;
