@@ -64,7 +64,7 @@ inline constexpr int kCallRing = 64;
 inline constexpr size_t kSmallInlineBytes = 2 * 1024;
 inline constexpr int kInlineRing = 8;
 inline constexpr uint64_t kControlMagic = 0x73686d63636c4342ull;  // "shmcclCB"
-inline constexpr uint32_t kControlVersion = 18;
+inline constexpr uint32_t kControlVersion = 19;
 
 // The slot entry of collective `sequence`, and its inline area.
 inline constexpr int ring_entry(uint64_t sequence) {
@@ -289,6 +289,10 @@ struct alignas(4096) ControlHeader {
   // Bytes per chunk of the work pool, the creator's SHMCCL_CHUNK_BYTES: the pool's chunk numbers
   // are shared, so every rank must cut the same chunks.
   uint64_t chunk_bytes;
+  // How the kernel answered the creator's request for 2 MiB pages: 0 when it made them, else the
+  // errno (ShmSegment::huge_page_error()). A block in 4 KiB pages works, its first touches cost
+  // more; this says why to whoever wonders.
+  int32_t huge_page_error;
   alignas(kCacheLine) std::atomic<uint32_t> attached_count;
   alignas(kCacheLine) std::atomic<uint64_t> done;        // chunks finished
   alignas(kCacheLine) std::atomic<uint32_t> wake_word;   // futex: bumped when there is news

@@ -139,6 +139,7 @@ std::unique_ptr<GroupTransport> GroupTransport::create(const std::string& name, 
   header->world_size = static_cast<uint32_t>(size);
   header->segment_bytes = control_block_segment_bytes(size);
   header->chunk_bytes = configured_chunk_bytes();
+  header->huge_page_error = segment.huge_page_error();
   header->abort_rank = -1;
   // The name reaches peers through the store, whose lock orders these writes before their reads.
   header->magic = kControlMagic;

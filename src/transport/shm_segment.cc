@@ -61,11 +61,19 @@ void* map_segment(int fd, size_t size, PageSize pages) {
 }
 
 // Best effort: the segment works as well in 4 KiB pages, only its first touches cost more.
-void make_huge(const std::string& name, void* data, size_t size) {
+// Returns 0 when the kernel made 2 MiB pages, else the errno of its refusal.
+int make_huge(const std::string& name, void* data, size_t size) {
   static std::atomic<bool> kernel_can{true};
-  if (!kernel_can.load(std::memory_order_relaxed)) return;
-  const int error = detail::collapse_into_huge_pages(data, size);
-  if (error == 0) return;
+  if (!kernel_can.load(std::memory_order_relaxed)) return EINVAL;
+  // EAGAIN is a page the kernel found busy for a moment (locked, or in a per-CPU batch); it
+  // passes, unlike ENOMEM (no free 2 MiB after reclaim and compaction).
+  constexpr int kAttempts = 3;
+  int error = 0;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    error = detail::collapse_into_huge_pages(data, size);
+    if (error != EAGAIN) break;
+  }
+  if (error == 0) return 0;
   if (error == EINVAL) {
     // A kernel before 6.1 or without transparent huge pages: do not ask again.
     if (kernel_can.exchange(false, std::memory_order_relaxed)) {
@@ -73,10 +81,11 @@ void make_huge(const std::string& name, void* data, size_t size) {
                   "shm segments stay in 4 KiB pages (madvise MADV_COLLAPSE: ", std::strerror(error),
                   ")");
     }
-    return;
+    return error;
   }
   SHMCCL_TRACE(kShm, "shm segment ", name,
                " stays in 4 KiB pages (madvise MADV_COLLAPSE: ", std::strerror(error), ")");
+  return error;
 }
 
 }  // namespace
@@ -108,7 +117,8 @@ ShmSegment::ShmSegment(ShmSegment&& other) noexcept
       policy_(other.policy_),
       unlinked_(other.unlinked_),
       device_(other.device_),
-      inode_(other.inode_) {
+      inode_(other.inode_),
+      huge_page_error_(other.huge_page_error_) {
   other.unlinked_ = true;  // the moved-from object owns nothing, not even the name
 }
 
@@ -122,6 +132,7 @@ ShmSegment& ShmSegment::operator=(ShmSegment&& other) noexcept {
     unlinked_ = std::exchange(other.unlinked_, true);
     device_ = other.device_;
     inode_ = other.inode_;
+    huge_page_error_ = other.huge_page_error_;
   }
   return *this;
 }
@@ -184,9 +195,12 @@ ShmSegment ShmSegment::create(const std::string& name, size_t size, UnlinkPolicy
   if (::fstat(fd.get(), &identity) == -1) fail("fstat", errno);
   void* data = map_segment(fd.get(), size, pages);
   if (data == MAP_FAILED) fail("mmap", errno);
-  if (pages == PageSize::kHuge) make_huge(name, data, size);
+  const int huge_page_error =
+      pages == PageSize::kHuge ? make_huge(name, data, size) : kHugePagesNotAsked;
   SHMCCL_TRACE(kShm, "created shm segment ", name, " (", size, " bytes)");
-  return ShmSegment(name, data, size, policy, identity);
+  ShmSegment segment(name, data, size, policy, identity);
+  segment.huge_page_error_ = huge_page_error;
+  return segment;
 }
 
 std::optional<ShmSegment> ShmSegment::open_impl(const std::string& name, size_t expected_size,

@@ -93,6 +93,11 @@ class ShmSegment {
   size_t size() const noexcept { return size_; }
   const std::string& name() const noexcept { return name_; }
   UnlinkPolicy unlink_policy() const noexcept { return policy_; }
+  // For a segment this process created with PageSize::kHuge: 0 when the kernel made it of 2 MiB
+  // pages, else the errno of its refusal (EINVAL: no transparent huge pages here; ENOMEM, EAGAIN:
+  // none to be had now). kHugePagesNotAsked for 4 KiB segments and for segments opened here.
+  static constexpr int kHugePagesNotAsked = -1;
+  int huge_page_error() const noexcept { return huge_page_error_; }
 
   // Removes the name now if it still names this segment (idempotent: later calls, and a name
   // someone else already removed or reused for a new segment, are fine). The mapping stays
@@ -119,6 +124,7 @@ class ShmSegment {
   bool unlinked_ = false;
   dev_t device_ = 0;  // identity of the segment, to unlink() its name only while it is ours
   ino_t inode_ = 0;
+  int huge_page_error_ = kHugePagesNotAsked;
 };
 
 }  // namespace shmccl::transport
