@@ -1,14 +1,17 @@
 // Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
 //
 // What the kernel did with a process's mappings, for tests of huge pages and page faults: the
-// minor faults taken so far, the bytes a mapping maps with 2 MiB entries, and whether this kernel
-// makes 2 MiB pages of shared memory on request at all (Linux 6.1, transparent huge pages).
+// minor faults taken so far, whether a page is mapped, the bytes a mapping maps with 2 MiB
+// entries, and whether this kernel makes 2 MiB pages of shared memory on request at all (Linux
+// 6.1, transparent huge pages).
 #pragma once
 
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -23,6 +26,20 @@ inline long minor_faults() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   return usage.ru_minflt;
+}
+
+// Whether this process's page table maps the page that holds `address` (bit 63 of its
+// /proc/self/pagemap entry); false when the entry cannot be read.
+inline bool page_mapped(const void* address) {
+  const auto page_size = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  FileDescriptor pagemap(::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC));
+  if (pagemap.get() < 0) return false;
+  // Whole 8-byte entries only: a buffered stream's reads are refused.
+  uint64_t entry = 0;
+  const off_t at =
+      static_cast<off_t>(reinterpret_cast<uintptr_t>(address) / page_size * sizeof(entry));
+  if (::pread(pagemap.get(), &entry, sizeof(entry), at) != sizeof(entry)) return false;
+  return (entry >> 63) != 0;
 }
 
 // Bytes of the mapping that holds `address` that this process maps with 2 MiB entries

@@ -596,8 +596,10 @@ char* GroupTransport::resolve(const BufferRef& shared_ref, uint64_t bytes,
                                      "): cannot map its NPU memory: ", error.what()));
   }
   if (out_of_bounds(mapping->capacity())) throw bounds_error(mapping->capacity());
-  // A buffer of a few pages faults in quickly; a larger one is prefaulted once (see populate).
-  if (bytes >= kPopulateBytes) {
+  // A buffer of a few pages faults in quickly when the same rank copies it every call; a larger
+  // one is prefaulted once (see populate). Oversubscribed ranks take each other's stripes, so a
+  // small buffer's pages meet a new writer call after call: prefaulted and touched too.
+  if (bytes >= kPopulateBytes || oversubscribed_) {
     mapping->populate(ref.offset, bytes, oversubscribed_ && bytes <= kTouchBytes);
   }
   return mapping->base() + ref.offset;

@@ -10,14 +10,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdint>
+#include <cstring>
 #include <fstream>
-#include <string>
-
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "collectives/group_state.h"
 #include "multiprocess.h"
+#include "page_tables.h"
+#include "peer_buffers.h"
+#include "transport/group_transport.h"
 
 namespace shmccl {
 namespace {
@@ -190,6 +194,49 @@ TEST(Oversubscription, PeerBuffersTouchedOnFirstUseKeepTheirData) {
     });
     EXPECT_TRUE(testing::all_ranks_succeeded(results));
   }
+}
+
+// Resolves a peer's 8 KiB NPU tensor (two pages, far below GroupTransport::kPopulateBytes) on
+// 2 ranks bound by `bind`, whose group must read `oversubscribed`, and requires each rank's page
+// table to map `mapped_pages` of its pages once resolve() has returned its address.
+void expect_resolve_maps(const std::function<void(int rank)>& bind, bool oversubscribed,
+                         int mapped_pages) {
+  constexpr int64_t kElements = 1024;
+  auto results = testing::run_ranks(2, [&](const testing::RankContext& ctx) {
+    bind(ctx.rank);
+    npu::set_device(ctx.rank);
+    ctx.init();
+    const transport::GroupTransport& transport = default_group()->state().transport();
+    require(transport.oversubscribed() == oversubscribed,
+            str("oversubscribed = ", transport.oversubscribed()));
+    Tensor mine = full({kElements}, 10 + ctx.rank, kInt64).npu();
+    const transport::BufferRef peer =
+        testing::exchange_buffer_refs(mine)[static_cast<size_t>(1 - ctx.rank)];
+    const char* values = transport.resolve(peer, peer.bytes, sizeof(int64_t));
+    int pages = 0;
+    for (uint64_t offset = 0; offset < peer.bytes; offset += 4096)
+      pages += testing::page_mapped(values + offset) ? 1 : 0;
+    require(pages == mapped_pages,
+            str("resolve() left ", pages, " of the peer tensor's 2 pages mapped, expected ",
+                mapped_pages));
+    int64_t first = 0;
+    std::memcpy(&first, values, sizeof(first));
+    require(first == 11 - ctx.rank, str("the peer's tensor reads ", first));
+    barrier();  // both ranks have read before either frees its tensor
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+}
+
+// Oversubscribed ranks take each other's stripes of the work pool, so a small peer buffer meets
+// a new writer call after call; resolve() maps it whole at once (in a PVM guest each first write
+// through a new mapping cost a chunk ~45 us). Ranks with a core each copy the same pieces every
+// call and fault in the few pages themselves, with no system call per resolve.
+TEST(Oversubscription, ResolveMapsASmallPeerBufferWholeOnlyWhenOversubscribed) {
+  const std::vector<int> cpus = allowed_cpus();
+  ASSERT_FALSE(cpus.empty());
+  expect_resolve_maps([&](int) { bind_to(cpus[0]); }, true, 2);
+  if (cpus.size() < 2) GTEST_SKIP() << "needs two CPUs for ranks with a core each";
+  expect_resolve_maps([&](int rank) { bind_to(cpus[static_cast<size_t>(rank)]); }, false, 0);
 }
 
 // A sub-group whose own ranks fit their cores still runs oversubscribed when the job's ranks

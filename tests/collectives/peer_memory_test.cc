@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <cstring>
 #include <exception>
 #include <fstream>
 #include <string>
@@ -16,9 +15,8 @@
 
 #include "collectives/group_state.h"
 #include "core/config.h"
-#include "device/arena.h"
-#include "device/device_context.h"
 #include "multiprocess.h"
+#include "peer_buffers.h"
 #include "transport/control_block.h"
 #include "transport/group_transport.h"
 
@@ -103,18 +101,9 @@ TEST(PeerMemory, ResolveMapsAPeersBufferOnlyWhenItsDescriptorHolds) {
     npu::set_device(ctx.rank);
     ctx.init();
     Tensor mine = full({1000}, 10 + ctx.rank, kInt64).npu();
-    device::Arena& arena = device::arena(ctx.rank);
-    transport::BufferRef own;
-    own.arena = arena.handle();
-    own.offset = static_cast<uint64_t>(static_cast<char*>(mine.data_ptr()) - arena.base());
-    own.bytes = mine.nbytes();
-    // Every rank learns every rank's descriptor through a collective.
-    Tensor refs = zeros({2 * static_cast<int64_t>(sizeof(own))}, kUInt8);
-    Tensor packed = from_blob_copy(&own, {static_cast<int64_t>(sizeof(own))}, kUInt8);
-    all_gather_into_tensor(refs, packed);
-    transport::BufferRef peer;
-    std::memcpy(&peer, static_cast<char*>(refs.data_ptr()) + (1 - ctx.rank) * sizeof(peer),
-                sizeof(peer));
+    const std::vector<transport::BufferRef> refs = testing::exchange_buffer_refs(mine);
+    const transport::BufferRef own = refs[static_cast<size_t>(ctx.rank)];
+    const transport::BufferRef peer = refs[static_cast<size_t>(1 - ctx.rank)];
     const transport::GroupTransport& transport = default_group()->state().transport();
 
     const auto* values = reinterpret_cast<const int64_t*>(transport.resolve(peer, 8000, 8));
