@@ -79,7 +79,8 @@ void run_chunk(const ExecContext& context, uint64_t chunk) {
     char* to;
     if (plan.kind == transport::OpKind::kAllGatherList) {
       to = context.transport.resolve(context.descriptors[destination]->outputs[source], bytes,
-                                     element_size(plan.dtype)) +
+                                     element_size(plan.dtype),
+                                     transport::GroupTransport::Copier::kWorkPool) +
            offset;
     } else {
       to = context.outputs[destination] + row_offset + offset;

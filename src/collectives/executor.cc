@@ -216,8 +216,10 @@ void resolve_buffers(ExecContext& context) {
       case OpKind::kNone:
         break;
     }
-    context.inputs[r] = context.transport.resolve(descriptor.input, input_bytes, alignment);
-    context.outputs[r] = context.transport.resolve(descriptor.output, output_bytes, alignment);
+    context.inputs[r] = context.transport.resolve(descriptor.input, input_bytes, alignment,
+                                                  transport::GroupTransport::Copier::kWorkPool);
+    context.outputs[r] = context.transport.resolve(descriptor.output, output_bytes, alignment,
+                                                   transport::GroupTransport::Copier::kWorkPool);
   }
 }
 

@@ -528,8 +528,8 @@ void GroupTransport::sleep_until(bool (*ready)(void*), void* context, Clock::tim
   }
 }
 
-char* GroupTransport::resolve(const BufferRef& shared_ref, uint64_t bytes,
-                              uint64_t alignment) const {
+char* GroupTransport::resolve(const BufferRef& shared_ref, uint64_t bytes, uint64_t alignment,
+                              Copier copier) const {
   if (bytes == 0) return nullptr;
   // One copy, then only the copy is used: a corrupt or hostile peer may change the descriptor
   // while we look at it, so a check and the use must read the same values.
@@ -597,9 +597,10 @@ char* GroupTransport::resolve(const BufferRef& shared_ref, uint64_t bytes,
   }
   if (out_of_bounds(mapping->capacity())) throw bounds_error(mapping->capacity());
   // A buffer of a few pages faults in quickly when the same rank copies it every call; a larger
-  // one is prefaulted once (see populate). Oversubscribed ranks take each other's stripes, so a
-  // small buffer's pages meet a new writer call after call: prefaulted and touched too.
-  if (bytes >= kPopulateBytes || oversubscribed_) {
+  // one is prefaulted once (see populate). Oversubscribed ranks share the work pool's pieces out
+  // anew at every call, so a small buffer's pages meet a new writer call after call: prefaulted
+  // and touched too.
+  if (bytes >= kPopulateBytes || (oversubscribed_ && copier == Copier::kWorkPool)) {
     mapping->populate(ref.offset, bytes, oversubscribed_ && bytes <= kTouchBytes);
   }
   return mapping->base() + ref.offset;

@@ -167,14 +167,19 @@ class GroupTransport {
   void check_healthy() const;
   bool healthy() const;
 
+  // Who copies the pages of a resolved peer buffer: this rank alone, the same ones every call (a
+  // pull, a host pipeline), or the work pool's ranks, among which oversubscribed ranks share the
+  // pieces out anew at every call.
+  enum class Copier { kThisRank, kWorkPool };
   // The address of `ref`'s first byte in this process; checks that `bytes` fit in its arena and
   // that the offset is a multiple of `alignment` (the element size, a power of two: kernels load
   // whole elements, and every tensor a rank describes starts on one). Maps a peer's arena on first
   // use (and keeps it mapped while this group, or another group of this process that mapped it,
   // lives).
-  char* resolve(const BufferRef& ref, uint64_t bytes, uint64_t alignment) const;
-  // Peer buffers from this size up get this process's page tables filled when resolved; when
-  // the group is oversubscribed, buffers of every size.
+  char* resolve(const BufferRef& ref, uint64_t bytes, uint64_t alignment,
+                Copier copier = Copier::kThisRank) const;
+  // Peer buffers from this size up get this process's page tables filled when resolved; in an
+  // oversubscribed group, the work pool's buffers of every size.
   static constexpr uint64_t kPopulateBytes = 64 * 1024;
   // ... and, when the group is oversubscribed, touched whole up to this size: its ranks take
   // each other's stripes of the work pool, so which pages a rank copies changes from call to

@@ -197,10 +197,12 @@ TEST(Oversubscription, PeerBuffersTouchedOnFirstUseKeepTheirData) {
 }
 
 // Resolves a peer's 8 KiB NPU tensor (two pages, far below GroupTransport::kPopulateBytes) on
-// 2 ranks bound by `bind`, whose group must read `oversubscribed`, and requires each rank's page
-// table to map `mapped_pages` of its pages once resolve() has returned its address.
+// 2 ranks bound by `bind`, whose group must read `oversubscribed`: first for a copy of this rank
+// alone, which must leave it unmapped, then for the work pool, which must leave
+// `pool_mapped_pages` of its pages mapped in this rank's page table.
 void expect_resolve_maps(const std::function<void(int rank)>& bind, bool oversubscribed,
-                         int mapped_pages) {
+                         int pool_mapped_pages) {
+  using Copier = transport::GroupTransport::Copier;
   constexpr int64_t kElements = 1024;
   auto results = testing::run_ranks(2, [&](const testing::RankContext& ctx) {
     bind(ctx.rank);
@@ -212,13 +214,20 @@ void expect_resolve_maps(const std::function<void(int rank)>& bind, bool oversub
     Tensor mine = full({kElements}, 10 + ctx.rank, kInt64).npu();
     const transport::BufferRef peer =
         testing::exchange_buffer_refs(mine)[static_cast<size_t>(1 - ctx.rank)];
-    const char* values = transport.resolve(peer, peer.bytes, sizeof(int64_t));
-    int pages = 0;
-    for (uint64_t offset = 0; offset < peer.bytes; offset += 4096)
-      pages += testing::page_mapped(values + offset) ? 1 : 0;
-    require(pages == mapped_pages,
-            str("resolve() left ", pages, " of the peer tensor's 2 pages mapped, expected ",
-                mapped_pages));
+    auto mapped_pages = [&](const char* values) {
+      int pages = 0;
+      for (uint64_t offset = 0; offset < peer.bytes; offset += 4096)
+        pages += testing::page_mapped(values + offset) ? 1 : 0;
+      return pages;
+    };
+    const char* values = transport.resolve(peer, peer.bytes, sizeof(int64_t), Copier::kThisRank);
+    require(mapped_pages(values) == 0,
+            str("resolve() for this rank alone left ", mapped_pages(values),
+                " of the peer tensor's 2 pages mapped"));
+    values = transport.resolve(peer, peer.bytes, sizeof(int64_t), Copier::kWorkPool);
+    require(mapped_pages(values) == pool_mapped_pages,
+            str("resolve() for the work pool left ", mapped_pages(values),
+                " of the peer tensor's 2 pages mapped, expected ", pool_mapped_pages));
     int64_t first = 0;
     std::memcpy(&first, values, sizeof(first));
     require(first == 11 - ctx.rank, str("the peer's tensor reads ", first));
@@ -227,11 +236,12 @@ void expect_resolve_maps(const std::function<void(int rank)>& bind, bool oversub
   EXPECT_TRUE(testing::all_ranks_succeeded(results));
 }
 
-// Oversubscribed ranks take each other's stripes of the work pool, so a small peer buffer meets
-// a new writer call after call; resolve() maps it whole at once (in a PVM guest each first write
-// through a new mapping cost a chunk ~45 us). Ranks with a core each copy the same pieces every
-// call and fault in the few pages themselves, with no system call per resolve.
-TEST(Oversubscription, ResolveMapsASmallPeerBufferWholeOnlyWhenOversubscribed) {
+// Oversubscribed ranks share the work pool's pieces out anew at every call, so a small peer
+// buffer meets a new writer call after call; resolve() maps it whole at once (in a PVM guest a
+// chunk whose pages were cold took ~45 us instead of 2). Ranks with a core each copy the same
+// pieces every call, and a rank that copies a buffer alone (a pull) copies all of it every call:
+// they fault in the few pages themselves, with no system call per resolve.
+TEST(Oversubscription, TheWorkPoolMapsASmallPeerBufferWholeOnlyWhenOversubscribed) {
   const std::vector<int> cpus = allowed_cpus();
   ASSERT_FALSE(cpus.empty());
   expect_resolve_maps([&](int) { bind_to(cpus[0]); }, true, 2);
