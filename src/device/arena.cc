@@ -442,6 +442,10 @@ void ArenaMapping::populate(uint64_t offset, uint64_t bytes, bool touch) {
   }
 }
 
+uint64_t ArenaMapping::owner_decommits() const {
+  return decommits(base_).load(std::memory_order_acquire);
+}
+
 ArenaMapping::~ArenaMapping() {
   if (base_ != nullptr) ::munmap(base_ - Arena::kHeaderBytes, Arena::kHeaderBytes + capacity_);
   if (fd_ >= 0) ::close(fd_);

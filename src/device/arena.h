@@ -145,6 +145,9 @@ class ArenaMapping {
   // touches the whole buffer on first use, so that later calls find every page warm whichever
   // rank copies which piece. Thread-safe.
   void populate(uint64_t offset, uint64_t bytes, bool touch = false);
+  // How many segments the owner has decommitted so far (its count in the arena's header): a
+  // range populated before a change may have been emptied since.
+  uint64_t owner_decommits() const;
 
  private:
   ArenaMapping() = default;

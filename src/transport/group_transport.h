@@ -257,6 +257,22 @@ class GroupTransport {
   // peer's memory if the peer exited (a long-lived rank meeting new peers job after job would
   // otherwise keep every one's memory). Guarded by the registry's mutex.
   mutable std::vector<std::shared_ptr<device::ArenaMapping>> peer_arenas_;
+  // The last two peer buffers resolve() mapped per owner rank (a call's input and output): a
+  // collective that a training loop repeats resolves the same ones call after call, and a repeat
+  // costs a compare instead of the registry's lock and the populate check. Valid while the
+  // owner's decommit count stays as it was (a punched hole may come back as a new tensor at the
+  // same offset, with cold pages). Used by the thread that runs the group's collective.
+  struct ResolvedBuffer {
+    BufferRef ref{};  // as read and checked
+    uint64_t bytes = 0;
+    uint64_t alignment = 0;
+    Copier copier = Copier::kThisRank;
+    const device::ArenaMapping* mapping = nullptr;  // held in peer_arenas_
+    uint64_t decommits = 0;                         // the owner's count before the populate
+    char* address = nullptr;                        // nullptr: an empty entry
+  };
+  mutable std::array<std::array<ResolvedBuffer, 2>, kMaxRanks> resolved_{};
+  mutable std::array<uint8_t, kMaxRanks> resolved_next_{};  // the entry to replace next
   bool oversubscribed_ = false;
   uint64_t chunk_bytes_ = 0;
   bool whole_job_ = true;  // wait_for_all_attached's `whole_job`

@@ -199,7 +199,9 @@ TEST(Oversubscription, PeerBuffersTouchedOnFirstUseKeepTheirData) {
 // Resolves a peer's 8 KiB NPU tensor (two pages, far below GroupTransport::kPopulateBytes) on
 // 2 ranks bound by `bind`, whose group must read `oversubscribed`: first for a copy of this rank
 // alone, which must leave it unmapped, then for the work pool, which must leave
-// `pool_mapped_pages` of its pages mapped in this rank's page table.
+// `pool_mapped_pages` of its pages mapped in this rank's page table. Then the peer frees it
+// (npu::empty_cache() punches the hole, which unmaps it here too) and makes a new one in the same
+// place, described by the same bytes: resolving that for the work pool must map it again.
 void expect_resolve_maps(const std::function<void(int rank)>& bind, bool oversubscribed,
                          int pool_mapped_pages) {
   using Copier = transport::GroupTransport::Copier;
@@ -220,6 +222,11 @@ void expect_resolve_maps(const std::function<void(int rank)>& bind, bool oversub
         pages += testing::page_mapped(values + offset) ? 1 : 0;
       return pages;
     };
+    auto expect_value = [&](const char* values, int64_t want) {
+      int64_t first = 0;
+      std::memcpy(&first, values, sizeof(first));
+      require(first == want, str("the peer's tensor reads ", first, ", expected ", want));
+    };
     const char* values = transport.resolve(peer, peer.bytes, sizeof(int64_t), Copier::kThisRank);
     require(mapped_pages(values) == 0,
             str("resolve() for this rank alone left ", mapped_pages(values),
@@ -228,10 +235,26 @@ void expect_resolve_maps(const std::function<void(int rank)>& bind, bool oversub
     require(mapped_pages(values) == pool_mapped_pages,
             str("resolve() for the work pool left ", mapped_pages(values),
                 " of the peer tensor's 2 pages mapped, expected ", pool_mapped_pages));
-    int64_t first = 0;
-    std::memcpy(&first, values, sizeof(first));
-    require(first == 11 - ctx.rank, str("the peer's tensor reads ", first));
+    expect_value(values, 11 - ctx.rank);
+
     barrier();  // both ranks have read before either frees its tensor
+    mine = Tensor();
+    npu::empty_cache();
+    barrier();
+    mine = full({kElements}, 20 + ctx.rank, kInt64).npu();
+    const transport::BufferRef again =
+        testing::exchange_buffer_refs(mine)[static_cast<size_t>(1 - ctx.rank)];
+    require(std::memcmp(&again, &peer, sizeof(peer)) == 0,
+            "the peer's new tensor is not described as the old one (the arena placed it "
+            "elsewhere): this test needs the same place");
+    require(mapped_pages(values) == 0, "the peer's hole punch left its old pages mapped here");
+    values = transport.resolve(again, again.bytes, sizeof(int64_t), Copier::kWorkPool);
+    require(
+        mapped_pages(values) == pool_mapped_pages,
+        str("resolve() for the work pool after the owner's decommit left ", mapped_pages(values),
+            " of the new tensor's 2 pages mapped, expected ", pool_mapped_pages));
+    expect_value(values, 21 - ctx.rank);
+    barrier();
   });
   EXPECT_TRUE(testing::all_ranks_succeeded(results));
 }
