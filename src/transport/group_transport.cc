@@ -605,12 +605,12 @@ char* GroupTransport::resolve(const BufferRef& shared_ref, uint64_t bytes, uint6
                                      "): cannot map its NPU memory: ", error.what()));
   }
   if (out_of_bounds(mapping->capacity())) throw bounds_error(mapping->capacity());
+  // Read before the populate: a decommit during it makes the next call look again.
+  const uint64_t decommits = mapping->owner_decommits();
   // A buffer of a few pages faults in quickly when the same rank copies it every call; a larger
   // one is prefaulted once (see populate). Oversubscribed ranks share the work pool's pieces out
   // anew at every call, so a small buffer's pages meet a new writer call after call: prefaulted
   // and touched too.
-  // Read before the populate: a decommit during it makes the next call look again.
-  const uint64_t decommits = mapping->owner_decommits();
   if (bytes >= kPopulateBytes || (oversubscribed_ && copier == Copier::kWorkPool)) {
     mapping->populate(ref.offset, bytes, oversubscribed_ && bytes <= kTouchBytes);
   }
