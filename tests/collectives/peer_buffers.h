@@ -1,7 +1,8 @@
 // Copyright 2026 The shmccl Authors. Licensed under the Apache License, Version 2.0.
 //
-// Tests that resolve peers' buffers themselves (GroupTransport::resolve) learn their descriptors
-// the way a collective does not: through an all-gather of host tensors, which touches no arena.
+// Tests that resolve peers' buffers themselves (GroupTransport::resolve) need the descriptors a
+// collective keeps to itself: they exchange them through an all-gather of host tensors, which
+// touches no arena.
 #pragma once
 
 #include <cstdint>
