@@ -136,9 +136,31 @@ void require_matches(const Tensor& y, const std::vector<double>& expected, Scala
               ", max |ref| ", max_ref, ") exceeds ", tolerance(dtype)));
 }
 
-// Runs `c` on this rank and checks every output.
-void run_case(const Case& c, int rank, int world, uint64_t seed) {
-  const std::vector<FullGroup> groups = make_problem(c, world, seed);
+// A case's full problem and the float64 reference of each group's output, computed once before
+// the ranks are forked (they share it): every rank computing its own made the 8-rank run under
+// TSan spend most of its time in the reference's instrumented loops.
+struct PreparedCase {
+  Case c;
+  std::vector<FullGroup> groups;
+  std::vector<std::vector<double>> references;  // per group
+};
+
+std::vector<PreparedCase> prepare_cases(const std::vector<Case>& cases, int world) {
+  std::vector<PreparedCase> prepared;
+  uint64_t seed = 1;
+  for (const Case& c : cases) {
+    PreparedCase p{c, make_problem(c, world, seed++), {}};
+    for (const FullGroup& g : p.groups)
+      p.references.push_back(reference(g));
+    prepared.push_back(std::move(p));
+  }
+  return prepared;
+}
+
+// Runs a prepared case on this rank and checks every output.
+void run_case(const PreparedCase& prepared, int rank, int world) {
+  const Case& c = prepared.c;
+  const std::vector<FullGroup>& groups = prepared.groups;
   const bool split_x = c.split_item == 1 || c.split_item == 3;
   const bool single_y = c.split_item == 2 || c.split_item == 3;
   std::vector<Tensor> x, w, bias;
@@ -176,16 +198,13 @@ void run_case(const Case& c, int rank, int world, uint64_t seed) {
     require(y.size() == 1, str(what, ": ", y.size(), " outputs, expected 1"));
     require(y[0].sizes() == std::vector<int64_t>{rows, groups[0].n},
             detail::concat(what, ": output shape ", y[0].sizes()));
-    std::vector<std::vector<double>> refs;
-    for (const FullGroup& g : groups)
-      refs.push_back(reference(g));
-    require_matches(y[0], concat(refs), c.dtype, what);
+    require_matches(y[0], concat(prepared.references), c.dtype, what);
   } else {
     require(y.size() == groups.size(), str(what, ": ", y.size(), " outputs"));
     for (size_t i = 0; i < groups.size(); ++i) {
       require(y[i].sizes() == std::vector<int64_t>{groups[i].m, groups[i].n},
               detail::concat(what, ": y[", i, "] shape ", y[i].sizes()));
-      require_matches(y[i], reference(groups[i]), c.dtype, str(what, " y[", i, "]"));
+      require_matches(y[i], prepared.references[i], c.dtype, str(what, " y[", i, "]"));
     }
   }
 }
@@ -209,9 +228,9 @@ std::vector<Case> all_cases(int world) {
     cases.push_back({1, dtype, true, 2, 1, false, same_k});   // row counts
     cases.push_back({3, dtype, false, 5, 1, true, same_kn});  // both
   }
-  // Big enough for oneDNN's threads, several automatic rounds and rows cut between rounds. Every
-  // rank computes the whole float64 reference (k of every rank): beyond 4 ranks each rank's k
-  // halves, which keeps 8 oversubscribed ranks (sanitizers included) inside the harness's limit.
+  // Big enough for oneDNN's threads, several automatic rounds and rows cut between rounds. The
+  // float64 reference takes k of every rank: beyond 4 ranks each rank's k halves, which keeps the
+  // reference's time level from 4 ranks to 8.
   const int64_t k_share = world > 4 ? 2 : 1;
   cases.push_back(
       {0, kBFloat16, true, 0, 0, false, {{300, 256 / k_share, 520}, {64, 128 / k_share, 1000}}});
@@ -224,22 +243,20 @@ std::vector<Case> all_cases(int world) {
 
 class GroupedMatmulAllReduceTest : public ::testing::TestWithParam<int> {};
 
-// Every case at every rank count. Under TSan the 8 ranks take 28 s alone on 2 cores, and took
-// over 60 s (the harness's default limit) beside another test of the suite's -j2. The harness's
-// limit stays under CTest's TIMEOUT (SHMCCL_TEST_TIMEOUT, 120 s): a hang is still reported by
-// the harness, naming the ranks that hung.
+// Every case at every rank count. Under TSan the 8 ranks take 12 s alone on 2 cores (26-28 s, and
+// over the harness's 60 s beside another test of the suite's -j2, while every rank computed the
+// references itself).
 TEST_P(GroupedMatmulAllReduceTest, MatchesFloat64Reference) {
   const int world = GetParam();
-  auto body = [](const testing::RankContext& ctx) {
+  const std::vector<PreparedCase> cases = prepare_cases(all_cases(world), world);
+  auto body = [&cases](const testing::RankContext& ctx) {
     npu::set_device(ctx.rank % npu::device_count());
     ctx.init();
-    uint64_t seed = 1;
-    for (const Case& c : all_cases(ctx.world))
-      run_case(c, ctx.rank, ctx.world, seed++);
+    for (const PreparedCase& prepared : cases)
+      run_case(prepared, ctx.rank, ctx.world);
     destroy_process_group();
   };
-  auto results = testing::run_ranks(world, body, std::chrono::seconds(110));
-  EXPECT_TRUE(testing::all_ranks_succeeded(results));
+  EXPECT_TRUE(testing::all_ranks_succeeded(testing::run_ranks(world, body)));
 }
 
 TEST_P(GroupedMatmulAllReduceTest, SubGroupAndRepeatedCalls) {
