@@ -23,8 +23,11 @@
 #pragma once
 
 #include <benchmark/benchmark.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -73,6 +76,10 @@ struct Options {
   // Variants cut by earlier runs, and where this run adds the ones it cuts: a series of runs of
   // one size each (bench/run_comparison.sh --interleave) then skips what one run would.
   std::string cutoff_file;
+  // Where rank 0 appends every sample of every benchmark, with the context switches and CPUs of
+  // the ranks (--bench_trace_file; empty: none). A diagnostic for slow stretches that a median
+  // hides; see measure().
+  std::string trace_file;
 };
 
 inline int64_t parse_bytes(const std::string& text) {
@@ -112,7 +119,10 @@ inline const char* kOptionsHelp =
     "  --bench_calls_per_sample=K time K back-to-back calls per sample, as nccl-tests does "
     "(default 1: one call after a barrier)\n"
     "  --bench_cutoff_file=PATH   variants cut by earlier runs (one name a line; read at the "
-    "first benchmark), and where this run adds the ones it cuts\n";
+    "first benchmark), and where this run adds the ones it cuts\n"
+    "  --bench_trace_file=PATH    rank 0 appends each benchmark's samples there: the slowest "
+    "rank's microseconds, the ranks' voluntary and involuntary context switches, the ranks per "
+    "CPU (and every rank marks each sample in /sys/kernel/tracing/trace_marker when it may)\n";
 
 // Takes the --bench_* flags out of argv (argc is updated) and returns them.
 inline Options parse_options(int* argc, char** argv) {
@@ -143,6 +153,8 @@ inline Options parse_options(int* argc, char** argv) {
       options.cutoff_file = value;
     } else if (name == "--bench_calls_per_sample") {
       options.calls_per_sample = std::max<int64_t>(1, std::atoll(value.c_str()));
+    } else if (name == "--bench_trace_file") {
+      options.trace_file = value;
     } else {
       std::fprintf(stderr, "unknown option %s; the benchmark's own options:\n%s", name.c_str(),
                    kOptionsHelp);
@@ -315,6 +327,80 @@ struct Measurement {
   double median_seconds = 0;   // over every rank's sample of every repetition
   double slowest_seconds = 0;  // median over repetitions of the slowest rank's time
   int64_t repetitions = 0;
+  std::string trace;  // --bench_trace_file: "us/voluntary/involuntary/ranks-per-CPU" per sample
+};
+
+// What --bench_trace_file records of each sample on this rank: the context switches of the
+// calling thread (getrusage, read outside the timed region, so a sample's count includes its
+// barrier's) and the CPU it ended on. Every rank also marks the start of each sample in the
+// kernel's trace when tracefs is mounted and writable, so that a sched_switch trace shows which
+// sample each switch belongs to (docs/performance.md, session 50).
+class SampleTrace {
+ public:
+  explicit SampleTrace(bool on) : on_(on) {
+    if (on_) marker_ = ::open("/sys/kernel/tracing/trace_marker", O_WRONLY | O_CLOEXEC);
+  }
+  ~SampleTrace() {
+    if (marker_ >= 0) ::close(marker_);
+  }
+  SampleTrace(const SampleTrace&) = delete;
+  SampleTrace& operator=(const SampleTrace&) = delete;
+
+  void begin(size_t sample) {
+    if (!on_) return;
+    if (marker_ >= 0) {
+      char text[48];
+      const int length = std::snprintf(text, sizeof(text), "shmccl_bench sample %zu\n", sample);
+      if (::write(marker_, text, static_cast<size_t>(length)) < 0) {
+        // A trace that is not running loses its marks; the sample does not care.
+      }
+    }
+    getrusage(RUSAGE_THREAD, &before_);
+  }
+  void end() {
+    if (!on_) return;
+    rusage after{};
+    getrusage(RUSAGE_THREAD, &after);
+    voluntary_.push_back(static_cast<double>(after.ru_nvcsw - before_.ru_nvcsw));
+    involuntary_.push_back(static_cast<double>(after.ru_nivcsw - before_.ru_nivcsw));
+    cpus_.push_back(static_cast<double>(sched_getcpu()));
+  }
+
+  // Every rank's records, one entry per sample: the slowest rank's microseconds, the switches
+  // summed over the ranks, and how many ranks ended the sample on each CPU ("3+5": three on the
+  // lowest CPU any rank used, five on the next). Collective: every rank calls it.
+  template <typename Comm>
+  std::string describe(Comm& comm, int world, const std::vector<double>& slowest) {
+    if (!on_) return "";
+    const std::vector<double> voluntary = comm.all_gather(voluntary_);
+    const std::vector<double> involuntary = comm.all_gather(involuntary_);
+    const std::vector<double> cpus = comm.all_gather(cpus_);
+    const size_t samples = slowest.size();
+    std::string text;
+    for (size_t i = 0; i < samples; ++i) {
+      int64_t switched_voluntarily = 0, switched_involuntarily = 0;
+      std::map<int, int> ranks_on;
+      for (int r = 0; r < world; ++r) {
+        const size_t at = static_cast<size_t>(r) * samples + i;
+        switched_voluntarily += static_cast<int64_t>(voluntary[at]);
+        switched_involuntarily += static_cast<int64_t>(involuntary[at]);
+        ++ranks_on[static_cast<int>(cpus[at])];
+      }
+      std::string placement;
+      for (const auto& [cpu, count] : ranks_on)
+        placement += (placement.empty() ? "" : "+") + std::to_string(count);
+      text += (i == 0 ? "" : " ") + std::to_string(std::lround(slowest[i] * 1e6)) + "/" +
+              std::to_string(switched_voluntarily) + "/" + std::to_string(switched_involuntarily) +
+              "/" + placement;
+    }
+    return text;
+  }
+
+ private:
+  const bool on_;
+  int marker_ = -1;
+  rusage before_{};
+  std::vector<double> voluntary_, involuntary_, cpus_;
 };
 
 // Steps 2-3 of the method: `call` runs one collective to completion on this rank.
@@ -322,17 +408,20 @@ template <RankComm Comm, typename Call>
 Measurement measure(Comm& comm, int world, const Options& options, Call&& call) {
   std::vector<double> mine;
   mine.reserve(static_cast<size_t>(options.max_repetitions));
+  SampleTrace trace(!options.trace_file.empty());
   double spent = 0;  // in the repetitions, on the slowest rank
   int64_t batch = options.min_repetitions;
   for (;;) {
     const auto batch_start = std::chrono::steady_clock::now();
     for (int64_t i = 0; i < batch && static_cast<int64_t>(mine.size()) < options.max_repetitions;
          ++i) {
+      trace.begin(mine.size());
       comm.barrier();
       const auto start = std::chrono::steady_clock::now();
       for (int64_t k = 0; k < options.calls_per_sample; ++k)
         call();
       mine.push_back(seconds_since(start) / static_cast<double>(options.calls_per_sample));
+      trace.end();
     }
     spent += comm.max(seconds_since(batch_start));
     if (static_cast<int64_t>(mine.size()) >= options.max_repetitions ||
@@ -352,6 +441,7 @@ Measurement measure(Comm& comm, int world, const Options& options, Call&& call) 
   result.median_seconds = median(all);
   result.slowest_seconds = median(slowest);
   result.repetitions = static_cast<int64_t>(mine.size());
+  result.trace = trace.describe(comm, world, slowest);
   return result;
 }
 
@@ -401,6 +491,7 @@ struct Benchmark {
   std::string family;  // e.g. "BM_AllGatherUneven/npu/sync/out"
   Collective op;
   int world = 1;
+  int rank = 0;            // this process's (rank 0 writes --bench_trace_file)
   int64_t bytes = 0;       // nominal size (nccl-tests' meaning)
   int64_t real_bytes = 0;  // element_count * element size
   double memcpy_gbps = 0;  // the limit's denominator, at `bytes`
@@ -444,6 +535,14 @@ void run_benchmark(benchmark::State& state, Comm& comm, const Options& options, 
   state.counters["bytes"] = static_cast<double>(bench.real_bytes);
   state.counters["ranks"] = bench.world;
   state.counters["samples"] = static_cast<double>(measurement.repetitions * bench.world);
+  if (bench.rank == 0 && !measurement.trace.empty()) {
+    if (FILE* file = std::fopen(options.trace_file.c_str(), "a")) {
+      std::fprintf(file, "%s/%lld %lld samples: %s\n", bench.family.c_str(),
+                   static_cast<long long>(bench.bytes),
+                   static_cast<long long>(measurement.repetitions), measurement.trace.c_str());
+      std::fclose(file);
+    }
+  }
 }
 
 // The memcpy limit per size, measured by rank 0 alone before any benchmark (the other ranks

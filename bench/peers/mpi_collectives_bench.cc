@@ -124,6 +124,7 @@ Benchmark describe(const Variant& variant, int64_t bytes, int64_t count) {
   bench.family = variant.family;
   bench.op = variant.op;
   bench.world = ctx.world;
+  bench.rank = ctx.rank;
   bench.bytes = bytes;
   bench.real_bytes = count * static_cast<int64_t>(sizeof(typename E::T));
   bench.memcpy_gbps = ctx.memcpy_gbps.at(bytes);
