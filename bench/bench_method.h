@@ -361,9 +361,9 @@ class SampleTrace {
     if (!on_) return;
     rusage after{};
     getrusage(RUSAGE_THREAD, &after);
-    voluntary_.push_back(static_cast<double>(after.ru_nvcsw - before_.ru_nvcsw));
-    involuntary_.push_back(static_cast<double>(after.ru_nivcsw - before_.ru_nivcsw));
-    cpus_.push_back(static_cast<double>(sched_getcpu()));
+    records_.insert(records_.end(), {static_cast<double>(after.ru_nvcsw - before_.ru_nvcsw),
+                                     static_cast<double>(after.ru_nivcsw - before_.ru_nivcsw),
+                                     static_cast<double>(sched_getcpu())});
   }
 
   // Every rank's records, one entry per sample: the slowest rank's microseconds, the switches
@@ -372,19 +372,17 @@ class SampleTrace {
   template <typename Comm>
   std::string describe(Comm& comm, int world, const std::vector<double>& slowest) {
     if (!on_) return "";
-    const std::vector<double> voluntary = comm.all_gather(voluntary_);
-    const std::vector<double> involuntary = comm.all_gather(involuntary_);
-    const std::vector<double> cpus = comm.all_gather(cpus_);
+    const std::vector<double> all = comm.all_gather(records_);  // rank-major, kFields per sample
     const size_t samples = slowest.size();
     std::string text;
     for (size_t i = 0; i < samples; ++i) {
       int64_t switched_voluntarily = 0, switched_involuntarily = 0;
       std::map<int, int> ranks_on;
       for (int r = 0; r < world; ++r) {
-        const size_t at = static_cast<size_t>(r) * samples + i;
-        switched_voluntarily += static_cast<int64_t>(voluntary[at]);
-        switched_involuntarily += static_cast<int64_t>(involuntary[at]);
-        ++ranks_on[static_cast<int>(cpus[at])];
+        const double* record = &all[(static_cast<size_t>(r) * samples + i) * kFields];
+        switched_voluntarily += static_cast<int64_t>(record[0]);
+        switched_involuntarily += static_cast<int64_t>(record[1]);
+        ++ranks_on[static_cast<int>(record[2])];
       }
       std::string placement;
       for (const auto& [cpu, count] : ranks_on)
@@ -400,7 +398,9 @@ class SampleTrace {
   const bool on_;
   int marker_ = -1;
   rusage before_{};
-  std::vector<double> voluntary_, involuntary_, cpus_;
+  // Per sample: voluntary switches, involuntary switches, the CPU it ended on.
+  static constexpr size_t kFields = 3;
+  std::vector<double> records_;
 };
 
 // Steps 2-3 of the method: `call` runs one collective to completion on this rank.
