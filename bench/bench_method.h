@@ -76,9 +76,9 @@ struct Options {
   // Variants cut by earlier runs, and where this run adds the ones it cuts: a series of runs of
   // one size each (bench/run_comparison.sh --interleave) then skips what one run would.
   std::string cutoff_file;
-  // Where rank 0 appends every sample of every benchmark, with the context switches and CPUs of
-  // the ranks (--bench_trace_file; empty: none). A diagnostic for slow stretches that a median
-  // hides; see measure().
+  // Where rank 0 appends every sample of every benchmark, with the context switches, page faults
+  // and CPUs of the ranks (--bench_trace_file; empty: none). A diagnostic for slow stretches that a
+  // median hides; see measure().
   std::string trace_file;
 };
 
@@ -121,8 +121,9 @@ inline const char* kOptionsHelp =
     "  --bench_cutoff_file=PATH   variants cut by earlier runs (one name a line; read at the "
     "first benchmark), and where this run adds the ones it cuts\n"
     "  --bench_trace_file=PATH    rank 0 appends each benchmark's samples there: the slowest "
-    "rank's microseconds, the ranks' voluntary and involuntary context switches, the ranks per "
-    "CPU (and every rank marks each sample in /sys/kernel/tracing/trace_marker when it may)\n";
+    "rank's microseconds, the ranks' voluntary and involuntary context switches and minor page "
+    "faults, the ranks per CPU (and every rank marks each sample in "
+    "/sys/kernel/tracing/trace_marker when it may)\n";
 
 // Takes the --bench_* flags out of argv (argc is updated) and returns them.
 inline Options parse_options(int* argc, char** argv) {
@@ -327,14 +328,15 @@ struct Measurement {
   double median_seconds = 0;   // over every rank's sample of every repetition
   double slowest_seconds = 0;  // median over repetitions of the slowest rank's time
   int64_t repetitions = 0;
-  std::string trace;  // --bench_trace_file: "us/voluntary/involuntary/ranks-per-CPU" per sample
+  std::string trace;  // --bench_trace_file: "us/voluntary/involuntary/faults/ranks-per-CPU" each
 };
 
-// What --bench_trace_file records of each sample on this rank: the context switches of the
-// calling thread (getrusage, read outside the timed region, so a sample's count includes its
-// barrier's) and the CPU it ended on. Every rank also marks the start of each sample in the
-// kernel's trace when tracefs is mounted and writable, so that a sched_switch trace shows which
-// sample each switch belongs to (docs/performance.md, session 50).
+// What --bench_trace_file records of each sample on this rank: the context switches and minor
+// page faults of the calling thread (getrusage, read outside the timed region, so a sample's
+// counts include its barrier's; a fault costs ~15 us in a PVM guest) and the CPU it ended on. Every
+// rank also marks the start of each sample in the kernel's trace when tracefs is mounted and
+// writable, so that a sched_switch trace shows which sample each switch belongs to
+// (docs/performance.md, session 50).
 class SampleTrace {
  public:
   explicit SampleTrace(bool on) : on_(on) {
@@ -363,12 +365,14 @@ class SampleTrace {
     getrusage(RUSAGE_THREAD, &after);
     records_.insert(records_.end(), {static_cast<double>(after.ru_nvcsw - before_.ru_nvcsw),
                                      static_cast<double>(after.ru_nivcsw - before_.ru_nivcsw),
+                                     static_cast<double>(after.ru_minflt - before_.ru_minflt),
                                      static_cast<double>(sched_getcpu())});
   }
 
   // Every rank's records, one entry per sample: the slowest rank's microseconds, the switches
-  // summed over the ranks, and how many ranks ended the sample on each CPU ("3+5": three on the
-  // lowest CPU any rank used, five on the next). Collective: every rank calls it.
+  // and the page faults summed over the ranks, and how many ranks ended the sample on each CPU
+  // ("3+5": three on the lowest CPU any rank used, five on the next). Collective: every rank calls
+  // it.
   template <typename Comm>
   std::string describe(Comm& comm, int world, const std::vector<double>& slowest) {
     if (!on_) return "";
@@ -376,20 +380,21 @@ class SampleTrace {
     const size_t samples = slowest.size();
     std::string text;
     for (size_t i = 0; i < samples; ++i) {
-      int64_t switched_voluntarily = 0, switched_involuntarily = 0;
+      int64_t switched_voluntarily = 0, switched_involuntarily = 0, page_faults = 0;
       std::map<int, int> ranks_on;
       for (int r = 0; r < world; ++r) {
         const double* record = &all[(static_cast<size_t>(r) * samples + i) * kFields];
         switched_voluntarily += static_cast<int64_t>(record[0]);
         switched_involuntarily += static_cast<int64_t>(record[1]);
-        ++ranks_on[static_cast<int>(record[2])];
+        page_faults += static_cast<int64_t>(record[2]);
+        ++ranks_on[static_cast<int>(record[3])];
       }
       std::string placement;
       for (const auto& [cpu, count] : ranks_on)
         placement += (placement.empty() ? "" : "+") + std::to_string(count);
       text += (i == 0 ? "" : " ") + std::to_string(std::lround(slowest[i] * 1e6)) + "/" +
               std::to_string(switched_voluntarily) + "/" + std::to_string(switched_involuntarily) +
-              "/" + placement;
+              "/" + std::to_string(page_faults) + "/" + placement;
     }
     return text;
   }
@@ -398,8 +403,8 @@ class SampleTrace {
   const bool on_;
   int marker_ = -1;
   rusage before_{};
-  // Per sample: voluntary switches, involuntary switches, the CPU it ended on.
-  static constexpr size_t kFields = 3;
+  // Per sample: voluntary switches, involuntary switches, minor page faults, the CPU it ended on.
+  static constexpr size_t kFields = 4;
   std::vector<double> records_;
 };
 

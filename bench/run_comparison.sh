@@ -16,6 +16,9 @@
 #     --no-peers        shmccl only
 #     --no-bind         do not bind ranks to cores (by default every library's ranks are bound
 #                       to one core each when they fit, and left unbound when they outnumber cores)
+#     --bind-all        bind every library's ranks to one core each even when they outnumber
+#                       the cores (round robin: Open MPI's core:overload-allowed, MPICH's and
+#                       shmrun's core binding)
 #     --max-bytes N, --budget S, --cutoff S, --max-repetitions R   the method's settings
 #     --calls-per-sample K   time K back-to-back calls per sample (nccl-tests' way; default 1)
 #     --interleave      one run of each library per size, the libraries taking turns at each
@@ -48,6 +51,7 @@ while [ $# -gt 0 ]; do
     --peer-filter) peer_filter=$2; shift ;;
     --no-peers) peers=0 ;;
     --no-bind) bind=0 ;;
+    --bind-all) bind=2 ;;
     --max-bytes) method+=("--bench_max_bytes=$2"); max_bytes=$2; shift ;;
     --budget) method+=("--bench_budget=$2"); shift ;;
     --cutoff) method+=("--bench_cutoff=$2"); shift ;;
@@ -57,7 +61,7 @@ while [ $# -gt 0 ]; do
     --timeout) timeout_s=$2; shift ;;
     --busy) busy=$2; shift
             [[ "$busy" =~ ^[0-9]+$ ]] || { echo "--busy takes a count of processes" >&2; exit 2; } ;;
-    -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
     *) positional+=("$1") ;;
   esac
@@ -168,6 +172,9 @@ for n in "${ranks[@]}"; do
   rm -f "$out/cut-shmccl-$n" "$out/cut-openmpi-$n" "$out/cut-mpich-$n"
   if [ $bind -eq 1 ] && [ "$n" -le "$cores" ]; then
     shmccl_bind=(--numa-binding core) openmpi_bind=(--bind-to core) mpich_bind=(-bind-to core)
+  elif [ $bind -eq 2 ]; then
+    shmccl_bind=(--numa-binding core) openmpi_bind=(--bind-to core:overload-allowed)
+    mpich_bind=(-bind-to core)
   else
     shmccl_bind=(--numa-binding none) openmpi_bind=(--bind-to none) mpich_bind=(-bind-to none)
   fi
