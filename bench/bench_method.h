@@ -450,6 +450,18 @@ Measurement measure(Comm& comm, int world, const Options& options, Call&& call) 
   return result;
 }
 
+// Appends `line` and a newline to the file at `path` in one write, so that lines of processes
+// appending to the same file never interleave. A file that cannot be opened loses the line: these
+// files are records of a run, not its results.
+inline void append_line(const std::string& path, const std::string& line) {
+  const std::string text = line + "\n";
+  if (FILE* file = std::fopen(path.c_str(), "a")) {
+    std::setvbuf(file, nullptr, _IOFBF, text.size() + 1);
+    std::fwrite(text.data(), 1, text.size(), file);
+    std::fclose(file);
+  }
+}
+
 // The variants whose calls took longer than the cutoff (by family name); all ranks agree, since
 // the times compared are maxima over ranks, and every rank reads the same cutoff file, written
 // only by runs that have ended.
@@ -463,12 +475,7 @@ class Cutoffs {
     if (slowest_seconds <= options.cutoff_seconds || !cut_.insert(family).second) return;
     if (options.cutoff_file.empty()) return;
     // Every rank appends the same line; one write each, so lines never interleave.
-    const std::string line = family + "\n";
-    if (FILE* file = std::fopen(options.cutoff_file.c_str(), "a")) {
-      std::setvbuf(file, nullptr, _IOFBF, line.size() + 1);
-      std::fwrite(line.data(), 1, line.size(), file);
-      std::fclose(file);
-    }
+    append_line(options.cutoff_file, family);
   }
 
  private:
@@ -541,12 +548,9 @@ void run_benchmark(benchmark::State& state, Comm& comm, const Options& options, 
   state.counters["ranks"] = bench.world;
   state.counters["samples"] = static_cast<double>(measurement.repetitions * bench.world);
   if (bench.rank == 0 && !measurement.trace.empty()) {
-    if (FILE* file = std::fopen(options.trace_file.c_str(), "a")) {
-      std::fprintf(file, "%s/%lld %lld samples: %s\n", bench.family.c_str(),
-                   static_cast<long long>(bench.bytes),
-                   static_cast<long long>(measurement.repetitions), measurement.trace.c_str());
-      std::fclose(file);
-    }
+    append_line(options.trace_file, bench.family + "/" + std::to_string(bench.bytes) + " " +
+                                        std::to_string(measurement.repetitions) +
+                                        " samples: " + measurement.trace);
   }
 }
 

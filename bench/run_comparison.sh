@@ -36,7 +36,7 @@ repo=$(dirname "$here")
 
 original=("$@")
 build=build ranks=() positional=() out="" plots="" no_plots=0 quick=0 filter="" peer_filter=""
-peers=1 bind=1 interleave=0 max_bytes=256M busy=0
+peers=1 bind=fit interleave=0 max_bytes=256M busy=0
 timeout_s=900
 method=()
 while [ $# -gt 0 ]; do
@@ -50,8 +50,8 @@ while [ $# -gt 0 ]; do
     --filter) filter=$2; shift ;;
     --peer-filter) peer_filter=$2; shift ;;
     --no-peers) peers=0 ;;
-    --no-bind) bind=0 ;;
-    --bind-all) bind=2 ;;
+    --no-bind) bind=none ;;
+    --bind-all) bind=all ;;
     --max-bytes) method+=("--bench_max_bytes=$2"); max_bytes=$2; shift ;;
     --budget) method+=("--bench_budget=$2"); shift ;;
     --cutoff) method+=("--bench_cutoff=$2"); shift ;;
@@ -170,9 +170,9 @@ fi
 
 for n in "${ranks[@]}"; do
   rm -f "$out/cut-shmccl-$n" "$out/cut-openmpi-$n" "$out/cut-mpich-$n"
-  if [ $bind -eq 1 ] && [ "$n" -le "$cores" ]; then
+  if [ $bind = fit ] && [ "$n" -le "$cores" ]; then
     shmccl_bind=(--numa-binding core) openmpi_bind=(--bind-to core) mpich_bind=(-bind-to core)
-  elif [ $bind -eq 2 ]; then
+  elif [ $bind = all ]; then
     shmccl_bind=(--numa-binding core) openmpi_bind=(--bind-to core:overload-allowed)
     mpich_bind=(-bind-to core)
   else
