@@ -46,6 +46,26 @@ void BM_DeviceToHost(benchmark::State& state) {
   set_bytes(state);
 }
 
+// `.cpu()`, as a caller reading a result does: a new host tensor per call, whose pages the copy
+// touches first (their faults are part of what the caller waits for).
+void BM_DeviceToNewHost(benchmark::State& state) {
+  Tensor device = shmccl::ones({state.range(0)}, shmccl::kUInt8, Device::npu(0));
+  for (auto _ : state) {
+    Tensor host = device.cpu();
+    benchmark::DoNotOptimize(host.data_ptr());
+  }
+  set_bytes(state);
+}
+
+// A new zero-filled host tensor per call: allocation and first touch.
+void BM_HostZeros(benchmark::State& state) {
+  for (auto _ : state) {
+    Tensor host = shmccl::zeros({state.range(0)}, shmccl::kUInt8);
+    benchmark::DoNotOptimize(host.data_ptr());
+  }
+  set_bytes(state);
+}
+
 void BM_DeviceToDevice(benchmark::State& state) {
   Tensor source = shmccl::ones({state.range(0)}, shmccl::kUInt8, Device::npu(0));
   Tensor destination = shmccl::empty({state.range(0)}, shmccl::kUInt8, Device::npu(0));
@@ -79,6 +99,8 @@ void sizes(benchmark::internal::Benchmark* benchmark) {
 BENCHMARK(BM_Memcpy)->Apply(sizes);
 BENCHMARK(BM_HostToDevice)->Apply(sizes);
 BENCHMARK(BM_DeviceToHost)->Apply(sizes);
+BENCHMARK(BM_DeviceToNewHost)->Apply(sizes);
+BENCHMARK(BM_HostZeros)->Apply(sizes);
 BENCHMARK(BM_DeviceToDevice)->Apply(sizes);
 BENCHMARK(BM_HostToDeviceAsync)->Apply(sizes);
 

@@ -41,9 +41,9 @@ inline bool page_mapped(const void* address) {
   return (entry >> 63) != 0;
 }
 
-// Bytes of the mapping that holds `address` that this process maps with 2 MiB entries
-// (/proc/self/smaps, ShmemPmdMapped); -1 when no mapping holds it.
-inline int64_t pmd_mapped_bytes(const void* address) {
+// The value of `field` ("AnonHugePages", "VmFlags", ...) in /proc/self/smaps for the mapping
+// that holds `address`: the text after the colon, spaces trimmed; empty when there is none.
+inline std::string smaps_field(const void* address, const std::string& field) {
   const auto target = reinterpret_cast<uintptr_t>(address);
   std::ifstream smaps("/proc/self/smaps");
   std::string line;
@@ -56,12 +56,54 @@ inline int64_t pmd_mapped_bytes(const void* address) {
       inside = target >= start && target < end;
       continue;
     }
-    long kib = 0;
-    if (inside && std::sscanf(line.c_str(), "ShmemPmdMapped: %ld kB", &kib) == 1) {
-      return static_cast<int64_t>(kib) * 1024;
+    if (inside && line.rfind(field + ":", 0) == 0) {
+      const size_t first = line.find_first_not_of(' ', field.size() + 1);
+      return first == std::string::npos ? std::string() : line.substr(first);
     }
   }
-  return -1;
+  return {};
+}
+
+// Bytes of the mapping that holds `address` that this process maps with 2 MiB entries
+// (/proc/self/smaps, ShmemPmdMapped); -1 when no mapping holds it.
+inline int64_t pmd_mapped_bytes(const void* address) {
+  if (smaps_field(address, "Size").empty()) return -1;
+  long kib = 0;
+  return std::sscanf(smaps_field(address, "ShmemPmdMapped").c_str(), "%ld kB", &kib) == 1
+             ? static_cast<int64_t>(kib) * 1024
+             : 0;
+}
+
+// Whether the mapping that holds `address` was advised MADV_HUGEPAGE (VmFlags "hg").
+inline bool advised_huge_pages(const void* address) {
+  return (" " + smaps_field(address, "VmFlags") + " ").find(" hg ") != std::string::npos;
+}
+
+// Bytes of the mapping that holds `address` in anonymous 2 MiB pages (AnonHugePages).
+inline int64_t anon_huge_bytes(const void* address) {
+  long kib = 0;
+  return std::sscanf(smaps_field(address, "AnonHugePages").c_str(), "%ld kB", &kib) == 1
+             ? static_cast<int64_t>(kib) * 1024
+             : 0;
+}
+
+// Whether this kernel gives private memory advised MADV_HUGEPAGE 2 MiB pages when it is first
+// touched: asked of a mapping of our own, not of the object under test.
+inline bool kernel_makes_anonymous_huge_pages() {
+  constexpr size_t kHuge = detail::kHugePageBytes;
+  void* mapping =
+      ::mmap(nullptr, 2 * kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mapping == MAP_FAILED) return false;
+  char* aligned =
+      reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(mapping) + kHuge - 1) / kHuge * kHuge);
+  bool huge = false;
+  if (aligned + kHuge <= static_cast<char*>(mapping) + 2 * kHuge &&
+      ::madvise(aligned, kHuge, MADV_HUGEPAGE) == 0) {
+    aligned[0] = 1;
+    huge = anon_huge_bytes(aligned) > 0;
+  }
+  ::munmap(mapping, 2 * kHuge);
+  return huge;
 }
 
 // Whether this kernel turns a committed range of shared memory into 2 MiB pages on request:

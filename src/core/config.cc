@@ -29,6 +29,10 @@ constexpr std::array kSettings = {
             "make each committed segment of NPU memory 2 MiB pages where the kernel can "
             "(MADV_COLLAPSE, Linux 6.1): a rank's first touch of a peer's tensor then faults "
             "once per 2 MiB, not per 4 KiB (0: 4 KiB pages)"},
+    Setting{"SHMCCL_HOST_HUGE_PAGES", Kind::kBool, "1",
+            "put host tensors of 2 MiB and more in 2 MiB pages where the kernel can "
+            "(MADV_HUGEPAGE): their first touch then faults once per 2 MiB, not per 4 KiB "
+            "(0: 4 KiB pages)"},
     Setting{"SHMCCL_NPU_CACHING_ALLOCATOR", Kind::kBool, "1",
             "cache freed device blocks for reuse (0: return every block to the arena at once)"},
     Setting{"SHMCCL_KERNEL_ISA", Kind::kString, "auto",
