@@ -64,14 +64,25 @@ inline std::string smaps_field(const void* address, const std::string& field) {
   return {};
 }
 
-// Bytes of the mapping that holds `address` that this process maps with 2 MiB entries
-// (/proc/self/smaps, ShmemPmdMapped); -1 when no mapping holds it.
-inline int64_t pmd_mapped_bytes(const void* address) {
-  if (smaps_field(address, "Size").empty()) return -1;
+// A size field ("ShmemPmdMapped: 2048 kB") of the mapping that holds `address`, in bytes; -1
+// when no mapping holds it.
+inline int64_t smaps_bytes(const void* address, const std::string& field) {
   long kib = 0;
-  return std::sscanf(smaps_field(address, "ShmemPmdMapped").c_str(), "%ld kB", &kib) == 1
+  return std::sscanf(smaps_field(address, field).c_str(), "%ld kB", &kib) == 1
              ? static_cast<int64_t>(kib) * 1024
-             : 0;
+             : -1;
+}
+
+// Bytes of the mapping that holds `address` that this process maps with 2 MiB entries
+// (ShmemPmdMapped); -1 when no mapping holds it.
+inline int64_t pmd_mapped_bytes(const void* address) {
+  return smaps_bytes(address, "ShmemPmdMapped");
+}
+
+// Bytes of the mapping that holds `address` in anonymous 2 MiB pages (AnonHugePages); -1 when no
+// mapping holds it.
+inline int64_t anon_huge_bytes(const void* address) {
+  return smaps_bytes(address, "AnonHugePages");
 }
 
 // Whether the mapping that holds `address` was advised MADV_HUGEPAGE (VmFlags "hg").
@@ -79,12 +90,10 @@ inline bool advised_huge_pages(const void* address) {
   return (" " + smaps_field(address, "VmFlags") + " ").find(" hg ") != std::string::npos;
 }
 
-// Bytes of the mapping that holds `address` in anonymous 2 MiB pages (AnonHugePages).
-inline int64_t anon_huge_bytes(const void* address) {
-  long kib = 0;
-  return std::sscanf(smaps_field(address, "AnonHugePages").c_str(), "%ld kB", &kib) == 1
-             ? static_cast<int64_t>(kib) * 1024
-             : 0;
+// Whether this kernel takes MADV_HUGEPAGE at all: one built without transparent huge pages
+// refuses it (EINVAL) and has no such directory.
+inline bool kernel_takes_huge_page_advice() {
+  return ::access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK) == 0;
 }
 
 // Whether this kernel gives private memory advised MADV_HUGEPAGE 2 MiB pages when it is first
@@ -96,9 +105,8 @@ inline bool kernel_makes_anonymous_huge_pages() {
   if (mapping == MAP_FAILED) return false;
   char* aligned =
       reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(mapping) + kHuge - 1) / kHuge * kHuge);
-  bool huge = false;
-  if (aligned + kHuge <= static_cast<char*>(mapping) + 2 * kHuge &&
-      ::madvise(aligned, kHuge, MADV_HUGEPAGE) == 0) {
+  bool huge = false;  // (2 MiB of the mapping's 4 always start on a 2 MiB boundary)
+  if (::madvise(aligned, kHuge, MADV_HUGEPAGE) == 0) {
     aligned[0] = 1;
     huge = anon_huge_bytes(aligned) > 0;
   }

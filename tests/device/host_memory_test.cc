@@ -6,8 +6,6 @@
 // are the tensor's, to the last one.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -38,12 +36,6 @@ class HostHugePages {
   HostHugePages& operator=(const HostHugePages&) = delete;
 };
 
-// A kernel built without transparent huge pages refuses the advice (EINVAL) and has no such
-// directory; host tensors then keep 4 KiB pages, and the tests of the advice have nothing to see.
-bool kernel_takes_huge_page_advice() {
-  return ::access("/sys/kernel/mm/transparent_hugepage/enabled", F_OK) == 0;
-}
-
 uintptr_t address(const Tensor& tensor) {
   return reinterpret_cast<uintptr_t>(tensor.data_ptr());
 }
@@ -51,7 +43,7 @@ uintptr_t address(const Tensor& tensor) {
 TEST(HostMemory, ALargeHostTensorStartsOnA2MibBoundaryInPagesAdvisedHuge) {
   const Tensor tensor = zeros({64 * kMiB}, kUInt8);
   EXPECT_EQ(address(tensor) % detail::kHugePageBytes, 0u);
-  if (!kernel_takes_huge_page_advice()) GTEST_SKIP() << "no transparent huge pages here";
+  if (!testing::kernel_takes_huge_page_advice()) GTEST_SKIP() << "no transparent huge pages here";
   EXPECT_TRUE(testing::advised_huge_pages(tensor.data_ptr()))
       << testing::smaps_field(tensor.data_ptr(), "VmFlags");
   if (!testing::kernel_makes_anonymous_huge_pages()) {
@@ -63,7 +55,7 @@ TEST(HostMemory, ALargeHostTensorStartsOnA2MibBoundaryInPagesAdvisedHuge) {
 }
 
 TEST(HostMemory, AHostTensorOf2MibToBelow32MibIsAdvisedHugeWhereGlibcPutsIt) {
-  if (!kernel_takes_huge_page_advice()) GTEST_SKIP() << "no transparent huge pages here";
+  if (!testing::kernel_takes_huge_page_advice()) GTEST_SKIP() << "no transparent huge pages here";
   for (const int64_t bytes : {2 * kMiB, 4 * kMiB + 100, 16 * kMiB}) {
     const Tensor tensor = zeros({bytes}, kUInt8);
     // Its last whole 4 KiB page lies in an advised mapping (the first may share a page with
